@@ -1,0 +1,129 @@
+"""The decision interface: one small protocol per decision, and the loop that joins them.
+
+A policy is a *job chooser* (which job next) and a *placer* (which GPUs for it). Heuristics,
+meta-heuristics and learned agents implement one or both; ``Scheduler`` joins any pair
+into a ``Policy`` whose ``decide(state) -> Plan`` is all the simulator and the daemon call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .plan import Hold, Plan, Start
+from .state import ClusterState, PendingJob
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Pending-queue indices, best first. Only the first ``startable`` may start now (an
+    agent's "wait" action sets it lower); ``None`` means all of them."""
+
+    order: tuple[int, ...]
+    startable: int | None = None
+
+
+@runtime_checkable
+class JobChooser(Protocol):
+    """Orders the pending queue. Sees only ``ClusterState`` (what Slurm shows live)."""
+
+    name: str
+
+    def rank(self, state: ClusterState) -> Ranking: ...
+
+
+@runtime_checkable
+class Placer(Protocol):
+    """Picks GPUs for one job among ``free`` (a bool mask over global GPU ids), or ``None``
+    when the job cannot fit. Must return exactly ``job.num_gpus`` distinct free GPUs and
+    honour ``job.num_nodes`` when set."""
+
+    name: str
+
+    def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None: ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the drivers call: a snapshot in, a plan out."""
+
+    name: str
+
+    def decide(self, state: ClusterState) -> Plan: ...
+
+
+@dataclass
+class Scheduler:
+    """A job chooser and a placer run by the greedy list-scheduling loop.
+
+    Walks the ranking and starts every job that fits. The first job that does not fit is
+    *held*: the plan keeps the GPUs it is expected to get when running jobs reach their
+    time limits. Without backfill nothing after it starts (strict order, as
+    ``sched/builtin``); with backfill (EASY, as ``sched/backfill``) a later job may start if
+    it avoids the held GPUs or its time limit ends before the held job's expected start.
+    """
+
+    chooser: JobChooser
+    placer: Placer
+    backfill: bool = False
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = f"{self.chooser.name}+{self.placer.name}" + ("+backfill" if self.backfill else "")
+
+    def decide(self, state: ClusterState) -> Plan:
+        ranking = self.chooser.rank(state)
+        order = ranking.order
+        limit = len(order) if ranking.startable is None else ranking.startable
+        free = state.free.copy()
+        n_free = state.num_free
+        starts: list[Start] = []
+        hold: Hold | None = None
+        for pos, idx in enumerate(order):
+            if pos >= limit or n_free == 0:
+                break
+            job = state.pending[idx]
+            gpus = self.placer.place(job, free, state) if job.num_gpus <= n_free else None
+            if gpus is None:
+                if hold is None:
+                    hold = self._hold(job, free, state)
+                    # A job that cannot fit even once every running job ends (nodes down,
+                    # shape impossible) must not block the queue: skip it.
+                    if hold is not None and not self.backfill:
+                        break
+                continue
+            if hold is not None and not _backfill_ok(job, gpus, hold, state.now):
+                continue
+            free[list(gpus)] = False
+            n_free -= len(gpus)
+            starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
+        return Plan(
+            order=tuple(state.pending[i].job_id for i in order),
+            starts=tuple(starts),
+            holds=(hold,) if hold is not None else (),
+            waited=limit < len(order) and n_free > 0,
+        )
+
+    def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> Hold | None:
+        """Where and when ``job`` is expected to start: release running jobs' GPUs in order
+        of their expected end (time limits) until the placer finds room."""
+        future = free.copy()
+        n_future = int(future.sum())
+        for run in sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id)):
+            future[list(run.gpus)] = True
+            n_future += run.num_gpus
+            if n_future < job.num_gpus:
+                continue
+            gpus = self.placer.place(job, future, state)
+            if gpus is not None:
+                return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
+        return None
+
+
+def _backfill_ok(job: PendingJob, gpus: tuple[int, ...], hold: Hold, now: float) -> bool:
+    if not set(gpus).intersection(hold.gpus):
+        return True
+    return job.time_limit is not None and now + job.time_limit <= hold.expected_start

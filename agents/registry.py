@@ -1,0 +1,82 @@
+"""Policy names, as the CLI and the config file spell them.
+
+A name is a preset (``fifo``, ``slurm``, ...) or a composition ``ORDER+PLACER`` with an
+optional ``+backfill``, e.g. ``sjf+consolidate+backfill``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .order import Fifo, FairShare, OracleShortestJobFirst, ShortestJobFirst, SlurmMultifactor, Tiresias
+from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
+from .policy import JobChooser, Placer, Policy, Scheduler
+
+ORDERS: dict[str, Callable[[], JobChooser]] = {
+    "fifo": Fifo,
+    "sjf": ShortestJobFirst,
+    "fair-share": FairShare,
+    "tiresias": Tiresias,
+    "slurm-multifactor": SlurmMultifactor,
+    "sjf-oracle": OracleShortestJobFirst,
+}
+
+PLACERS: dict[str, Callable[[int], Placer]] = {
+    "first-fit": lambda seed: FirstFit(),
+    "consolidate": lambda seed: Consolidate(),
+    "load-balance": lambda seed: LoadBalance(),
+    "random": lambda seed: RandomPlacer(seed=seed),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    order: str
+    placer: str
+    backfill: bool
+    summary: str
+
+
+PRESETS: dict[str, Preset] = {
+    "fifo": Preset("fifo", "first-fit", False, "first come first served, first-fit placement"),
+    "sjf": Preset("sjf", "first-fit", False, "shortest estimated job first (from time limits), first-fit"),
+    "fair-share": Preset("fair-share", "first-fit", False, "least-served user first, first-fit"),
+    "tiresias": Preset("tiresias", "consolidate", False, "Tiresias-style discretized LAS, consolidated placement"),
+    "slurm": Preset("slurm-multifactor", "first-fit", True, "emulated default Slurm: age+size multifactor, backfill, first-fit"),
+    "fifo+consolidate": Preset("fifo", "consolidate", False, "FIFO with topology-aware best-fit placement"),
+    "sjf+consolidate": Preset("sjf", "consolidate", False, "SJF with topology-aware best-fit placement"),
+    "fair-share+consolidate": Preset("fair-share", "consolidate", False, "fair-share with topology-aware placement"),
+    "fifo+random": Preset("fifo", "random", False, "FIFO with random GPUs: the placement floor"),
+}
+
+#: What ``--policy all`` runs: every preset (the oracle is an upper bound, never "all").
+ALL = tuple(PRESETS)
+
+
+class UnknownPolicy(ValueError):
+    pass
+
+
+def make_policy(spec: str, seed: int = 0) -> Policy:
+    """Build a policy from its name; ``UnknownPolicy`` lists what exists."""
+    if spec in PRESETS:
+        p = PRESETS[spec]
+        return Scheduler(ORDERS[p.order](), PLACERS[p.placer](seed), p.backfill, name=spec)
+    parts = spec.split("+")
+    backfill = parts[-1] == "backfill"
+    if backfill:
+        parts = parts[:-1]
+    if len(parts) == 1:
+        parts.append("first-fit")
+    if len(parts) != 2 or parts[0] not in ORDERS or parts[1] not in PLACERS:
+        raise UnknownPolicy(
+            f"unknown policy {spec!r}: use a preset ({', '.join(PRESETS)}) or ORDER+PLACER[+backfill] "
+            f"with ORDER in {', '.join(ORDERS)} and PLACER in {', '.join(PLACERS)}"
+        )
+    return Scheduler(ORDERS[parts[0]](), PLACERS[parts[1]](seed), backfill, name=spec)
+
+
+def needs_oracle(policy: Policy) -> bool:
+    chooser = getattr(policy, "chooser", policy)
+    return bool(getattr(chooser, "needs_oracle", False))

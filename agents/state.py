@@ -1,0 +1,139 @@
+"""What a policy may see: one frozen snapshot of the cluster and its queue.
+
+The simulator builds a ``ClusterState`` from its event loop and the daemon builds one from
+Slurm; both hand it to the same policies. It carries only what Slurm shows live (see
+"Fair comparisons" in DEVELOPERS.md): requested GPUs, user, submit time, the user's time
+limit, running jobs' allocations and start times, and each user's finished-job history.
+A job's true duration is absent unless the run is an explicitly named oracle run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+from attentived.topology import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job waiting in the queue, as Slurm shows it.
+
+    ``num_nodes`` is set when the user fixed the node count (``sbatch -N``); then the job
+    needs exactly ``num_gpus / num_nodes`` GPUs on each of that many nodes. ``model`` is a
+    workload class the user declared (job name or comment), ``None`` when unknown.
+    ``oracle_duration`` is filled only in oracle runs (an upper bound, never a baseline).
+    """
+
+    job_id: str
+    user: str
+    num_gpus: int
+    submit_time: float
+    time_limit: float | None = None
+    num_nodes: int | None = None
+    model: str | None = None
+    partition: str = ""
+    oracle_duration: float | None = None
+
+    def waited(self, now: float) -> float:
+        return max(0.0, now - self.submit_time)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding GPUs. Its expected end is ``start_time + time_limit`` when a limit exists."""
+
+    job_id: str
+    user: str
+    gpus: tuple[int, ...]
+    submit_time: float
+    start_time: float
+    time_limit: float | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    def expected_end(self, now: float) -> float:
+        """When the job's GPUs are expected back: its time limit, or ``now`` if it has none
+        or has overrun it (the earliest moment it could end)."""
+        if self.time_limit is None:
+            return now
+        return max(now, self.start_time + self.time_limit)
+
+
+@dataclass(frozen=True, slots=True)
+class UserStats:
+    """A user's finished-job history: what a fair-share or a learned policy may use."""
+
+    jobs: int = 0
+    gpu_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    run_seconds: float = 0.0
+    limit_seconds: float = 0.0  # sum of time limits of finished jobs that had one
+    limited_jobs: int = 0
+
+    @property
+    def mean_wait(self) -> float:
+        return self.wait_seconds / self.jobs if self.jobs else 0.0
+
+    @property
+    def limit_accuracy(self) -> float | None:
+        """Mean run time / time limit over the user's finished jobs (``None`` if unknown):
+        how much the user over-asks, so policies can sharpen a limit into an estimate."""
+        if not self.limited_jobs or self.limit_seconds <= 0:
+            return None
+        return min(1.0, self.run_seconds / self.limit_seconds)
+
+    def add(self, num_gpus: int, wait: float, run: float, time_limit: float | None) -> UserStats:
+        return UserStats(
+            jobs=self.jobs + 1,
+            gpu_seconds=self.gpu_seconds + num_gpus * run,
+            wait_seconds=self.wait_seconds + wait,
+            run_seconds=self.run_seconds + (run if time_limit is not None else 0.0),
+            limit_seconds=self.limit_seconds + (time_limit or 0.0),
+            limited_jobs=self.limited_jobs + (time_limit is not None),
+        )
+
+
+_NO_USERS: Mapping[str, UserStats] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """One immutable snapshot. ``free`` is a read-only bool array over global GPU ids
+    (``False`` for busy GPUs and for GPUs on nodes that are down or drained)."""
+
+    now: float
+    topology: Topology
+    free: np.ndarray
+    pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...] = ()
+    users: Mapping[str, UserStats] = field(default_factory=lambda: _NO_USERS)
+
+    def __post_init__(self) -> None:
+        if self.free.shape != (self.topology.num_gpus,):
+            raise ValueError(f"free mask has shape {self.free.shape}, cluster has {self.topology.num_gpus} GPUs")
+        if self.free.flags.writeable:
+            free = self.free.copy()
+            free.setflags(write=False)
+            object.__setattr__(self, "free", free)
+
+    @cached_property
+    def num_free(self) -> int:
+        return int(self.free.sum())
+
+    @cached_property
+    def attained_service(self) -> dict[str, float]:
+        """GPU-seconds each user has received: finished jobs plus running jobs so far."""
+        out = {u: s.gpu_seconds for u, s in self.users.items()}
+        for r in self.running:
+            out[r.user] = out.get(r.user, 0.0) + r.num_gpus * max(0.0, self.now - r.start_time)
+        return out
+
+    def user(self, name: str) -> UserStats:
+        return self.users.get(name, UserStats())

@@ -1,0 +1,1 @@
+"""Data shipped with attentived: sample traces and measured profiles (see ATTRIBUTION.md)."""

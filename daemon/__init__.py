@@ -1,0 +1,1 @@
+"""The live daemon: Slurm snapshots in, Slurm actions out."""

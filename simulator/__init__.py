@@ -1,0 +1,1 @@
+"""Trace-driven discrete-event simulation of a GPU cluster under a policy."""
