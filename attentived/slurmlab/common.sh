@@ -1,0 +1,52 @@
+# Sourced by start.sh, stop.sh and reset.sh: defaults, the run directory, small helpers.
+# Every setting can come from the environment (ATTENTIVED_LAB_*) or, in start.sh, a flag.
+LAB_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RUN=${ATTENTIVED_LAB_RUN:-/tmp/attentived-lab}
+MARKER=.attentived-lab            # a run dir is only ever wiped when it carries this file
+
+lab_die() { echo "slurm lab: $*" >&2; exit 1; }
+
+# The run dir is wiped by start.sh and put into sed expressions: keep it simple and deep.
+lab_check_run() {
+    RUN=${RUN%/}
+    [[ "$RUN" =~ ^/[A-Za-z0-9._+-]+/[A-Za-z0-9._/+-]+$ ]] ||
+        lab_die "run dir must be an absolute path at least two levels deep made of A-Za-z0-9._/+- (got '$RUN')"
+    case "/$RUN/" in */../*|*/./*) lab_die "run dir must not contain . or .. (got '$RUN')";; esac
+}
+
+lab_alive() {  # pid exists and is no zombie
+    [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+    local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }; [ "${stat%% *}" != Z ]
+}
+lab_pid_of() { cat "$RUN/pid/$1.pid" 2>/dev/null || true; }
+
+# True when this run dir's slurmctld is up (pid file names a live process started from $RUN).
+lab_running() {
+    local p; p=$(lab_pid_of slurmctld)
+    lab_alive "$p" || return 1
+    tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -qF "$RUN/"
+}
+
+# PIDs of every daemon of this lab, found through /proc (pid files may be gone or stale):
+# slurmctld/slurmd/slurmstepd/munged processes whose command line or environment names $RUN.
+lab_processes() {
+    local f p exe
+    {
+        grep -lsaF -- "$RUN/" /proc/[0-9]*/cmdline
+        grep -lszxF -- "SLURM_CONF=$RUN/etc/slurm.conf" /proc/[0-9]*/environ
+    } 2>/dev/null | while read -r f; do
+        p=${f#/proc/}; p=${p%%/*}
+        exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+        case "${exe##*/}" in slurmctld*|slurmd*|slurmstepd*|munged*) echo "$p";; esac
+    done | sort -un
+}
+
+# PIDs of job processes of this lab (environment has SLURM_JOB_ID and this lab's SLURM_CONF).
+lab_job_processes() {
+    local f
+    grep -lszxF -- "SLURM_CONF=$RUN/etc/slurm.conf" /proc/[0-9]*/environ 2>/dev/null | while read -r f; do
+        grep -qsz '^SLURM_JOB_ID=' "$f" 2>/dev/null && { f=${f#/proc/}; echo "${f%%/*}"; }
+    done
+    return 0
+}

@@ -1,0 +1,211 @@
+#!/bin/bash
+# Start the attentived Slurm lab: munged + slurmctld + N slurmd ("node1".."nodeN", default 4),
+# each node with 8 fake H100 GPUs in two NVLink islands, nodes grouped under leaf switches
+# (sw1, sw2, ...) below one "spine". Everything runs as root on this host, without systemd or
+# cgroups, under the run directory, which is wiped first. Needs root and Slurm (install.sh).
+#
+#   bash start.sh [--nodes N] [--nodes-per-switch K] [--run DIR] [--port-base P]
+#                 [--no-warmup] [--render-only]
+#   then:  . DIR/env.sh      (exports SLURM_CONF; sinfo, squeue, sbatch... talk to the lab)
+#
+# Environment (flags win): ATTENTIVED_LAB_RUN (/tmp/attentived-lab), ATTENTIVED_LAB_NODES (4),
+# ATTENTIVED_LAB_NODES_PER_SWITCH (2), ATTENTIVED_LAB_PORT_BASE (17817: slurmctld; node i uses
+# base+i), ATTENTIVED_LAB_SCHED_TYPE (sched/builtin), ATTENTIVED_LAB_PRIO_TYPE
+# (priority/multifactor), ATTENTIVED_LAB_SCHED_PARAMS (fast cadence), ATTENTIVED_LAB_EXTRA_CONF
+# (lines appended to slurm.conf; later keys win), ATTENTIVED_LAB_WARMUP (1),
+# ATTENTIVED_LAB_USERS ("alice bob carol"; empty: create none).
+# --render-only writes DIR/etc (config files) and exits: no root, no Slurm needed.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+NODES=${ATTENTIVED_LAB_NODES:-4}
+PER_SWITCH=${ATTENTIVED_LAB_NODES_PER_SWITCH:-2}
+PORT=${ATTENTIVED_LAB_PORT_BASE:-17817}
+SCHED_TYPE=${ATTENTIVED_LAB_SCHED_TYPE:-sched/builtin}
+PRIO_TYPE=${ATTENTIVED_LAB_PRIO_TYPE:-priority/multifactor}
+SCHED_PARAMS=${ATTENTIVED_LAB_SCHED_PARAMS:-sched_interval=1,sched_min_interval=0,batch_sched_delay=0,max_rpc_cnt=0}
+WARMUP=${ATTENTIVED_LAB_WARMUP:-1}
+USERS=${ATTENTIVED_LAB_USERS-alice bob carol}
+RENDER_ONLY=0
+
+usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --nodes) NODES=${2:?}; shift;;
+        --nodes=*) NODES=${1#*=};;
+        --nodes-per-switch) PER_SWITCH=${2:?}; shift;;
+        --nodes-per-switch=*) PER_SWITCH=${1#*=};;
+        --run) RUN=${2:?}; shift;;
+        --run=*) RUN=${1#*=};;
+        --port-base) PORT=${2:?}; shift;;
+        --port-base=*) PORT=${1#*=};;
+        --no-warmup) WARMUP=0;;
+        --render-only) RENDER_ONLY=1;;
+        -h|--help) usage; exit 0;;
+        *) usage >&2; lab_die "unknown argument '$1'";;
+    esac
+    shift
+done
+
+lab_check_run
+[[ "$NODES" =~ ^[1-9][0-9]*$ ]] && [ "$NODES" -le 128 ] || lab_die "--nodes must be 1..128 (got '$NODES')"
+[[ "$PER_SWITCH" =~ ^[1-9][0-9]*$ ]] || lab_die "--nodes-per-switch must be a positive integer (got '$PER_SWITCH')"
+[[ "$PORT" =~ ^[1-9][0-9]*$ ]] && [ "$PORT" -ge 1024 ] && [ $((PORT + NODES)) -le 65535 ] ||
+    lab_die "--port-base must leave room for $NODES node ports in 1024..65535 (got '$PORT')"
+for v in "$SCHED_TYPE" "$PRIO_TYPE" "$SCHED_PARAMS"; do
+    [[ "$v" =~ ^[A-Za-z0-9_/=,.:-]*$ ]] || lab_die "bad scheduler setting '$v'"
+done
+t0=$(date +%s%N)
+
+if [ "$RENDER_ONLY" = 0 ]; then
+    [ "$(id -u)" -eq 0 ] || lab_die "the lab runs its daemons as root (slurmd must switch to job users): run as root"
+    bash "$LAB_HERE/install.sh" --check >/dev/null 2>&1 ||
+        lab_die "Slurm is not installed: run 'bash $LAB_HERE/install.sh' (as root) first"
+    if lab_running; then
+        lab_die "already running in $RUN (stop it first: bash $LAB_HERE/stop.sh --run $RUN)"
+    fi
+fi
+if [ -d "$RUN" ] && [ -n "$(ls -A "$RUN")" ] && [ ! -e "$RUN/$MARKER" ]; then
+    lab_die "$RUN exists, is not empty and is no lab run dir (no $MARKER): not wiping it"
+fi
+# leftovers of a crashed lab in this run dir (daemons without pid files) go first
+[ "$RENDER_ONLY" = 1 ] || [ ! -d "$RUN" ] || ATTENTIVED_LAB_RUN="$RUN" bash "$LAB_HERE/stop.sh" >/dev/null 2>&1 || true
+rm -rf "$RUN"
+mkdir -p "$RUN"/{bin,etc,munge,state,spool,log,pid,dev,jobs}
+touch "$RUN/$MARKER"
+# demo users must reach slurm.conf and the munge socket; their jobs write into jobs/
+chmod 755 "$RUN" "$RUN/etc" "$RUN/munge"
+chmod 1777 "$RUN/jobs"
+
+# --- configuration -------------------------------------------------------------------------
+range() {  # range PREFIX FIRST LAST -> node3 | node[1-4]
+    if [ "$2" = "$3" ]; then echo "$1$2"; else echo "$1[$2-$3]"; fi
+}
+node_lines=""; switch_lines=""; nsw=0
+for ((first = 1; first <= NODES; first += PER_SWITCH)); do
+    nsw=$((nsw + 1))
+    last=$((first + PER_SWITCH - 1)); [ "$last" -le "$NODES" ] || last=$NODES
+    nodes=$(range node "$first" "$last")
+    ports=$(range "" $((PORT + first)) $((PORT + last)))
+    node_lines+="NodeName=$nodes NodeHostname=localhost NodeAddr=127.0.0.1 Port=$ports"
+    node_lines+=" Sockets=2 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=64000"
+    node_lines+=" Gres=gpu:h100:8 Features=rack$nsw,sw$nsw State=UNKNOWN"$'\n'
+    switch_lines+="SwitchName=sw$nsw Nodes=$nodes"$'\n'
+done
+switch_lines+="SwitchName=spine Switches=$(range sw 1 "$nsw")"$'\n'
+
+render() {  # render TEMPLATE OUT
+    awk -v nl="${node_lines%$'\n'}" '$0 == "@NODE_LINES@" { print nl; next } { print }' "$1" |
+        sed -e "s|@RUN@|$RUN|g" -e "s|@PORT_CTLD@|$PORT|g" -e "s|@NODE_RANGE@|$(range node 1 "$NODES")|g" \
+            -e "s|@SCHED_PARAMS@|$SCHED_PARAMS|g" -e "s|@SCHED_TYPE@|$SCHED_TYPE|g" \
+            -e "s|@PRIO_TYPE@|$PRIO_TYPE|g" > "$2"
+}
+render "$LAB_HERE/slurm.conf.in" "$RUN/etc/slurm.conf"
+render "$LAB_HERE/gres.conf.in" "$RUN/etc/gres.conf"
+printf '%s' "$switch_lines" > "$RUN/etc/topology.conf"
+cp "$LAB_HERE/cgroup.conf" "$RUN/etc/"
+if [ -n "${ATTENTIVED_LAB_EXTRA_CONF:-}" ]; then
+    printf '# ATTENTIVED_LAB_EXTRA_CONF\n%s\n' "$ATTENTIVED_LAB_EXTRA_CONF" >> "$RUN/etc/slurm.conf"
+fi
+export SLURM_CONF="$RUN/etc/slurm.conf"
+cat > "$RUN/env.sh" <<EOT
+# attentived Slurm lab ($NODES nodes): . this file to point Slurm's commands at the lab
+export SLURM_CONF=$SLURM_CONF
+export ATTENTIVED_LAB_RUN=$RUN
+EOT
+cat > "$RUN/lab.info" <<EOT
+nodes=$NODES
+nodes_per_switch=$PER_SWITCH
+port_base=$PORT
+users=$USERS
+EOT
+# fake GPUs: File= entries must be devices, so symlinks to /dev/null
+for i in 0 1 2 3 4 5 6 7; do ln -s /dev/null "$RUN/dev/nvidia$i"; done
+if [ "$RENDER_ONLY" = 1 ]; then
+    echo "slurm lab: configuration written to $RUN/etc"
+    exit 0
+fi
+
+# a port already taken (another lab, a real Slurm) would only show up as a slurmctld/slurmd
+# that dies at once: check them all first (connecting to a free port is refused at once)
+for ((i = 0; i <= NODES; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$((PORT + i))") 2>/dev/null; then
+        lab_die "port $((PORT + i)) is in use (another lab?): choose another --port-base / ATTENTIVED_LAB_PORT_BASE"
+    fi
+done
+
+trap 'echo "slurm lab: start failed; stopping what was started (logs: $RUN/log)" >&2;
+      ATTENTIVED_LAB_RUN="$RUN" bash "$LAB_HERE/stop.sh" >&2' ERR
+
+# Slurm picks its role from argv[0]: Debian installs slurmctld-wlm etc., and started under those
+# names slurmd drops the GRES (gpu) silently. Run them through links with the canonical names.
+ln -s /usr/sbin/slurmctld-wlm "$RUN/bin/slurmctld"
+ln -s /usr/sbin/slurmd-wlm "$RUN/bin/slurmd"
+ln -s /usr/sbin/slurmstepd-wlm "$RUN/bin/slurmstepd"
+
+if [ -n "$USERS" ]; then
+    # shellcheck disable=SC2086
+    bash "$LAB_HERE/users.sh" $USERS
+fi
+
+# munge: private key, socket, pid and log (never touches /etc/munge or /run/munge)
+dd if=/dev/urandom of="$RUN/munge/munge.key" bs=1024 count=1 status=none
+chmod 400 "$RUN/munge/munge.key"
+munged --force --num-threads=10 --socket="$RUN/munge/munge.sock" \
+    --key-file="$RUN/munge/munge.key" --pid-file="$RUN/pid/munged.pid" \
+    --log-file="$RUN/log/munged.log" --seed-file="$RUN/munge/munged.seed"
+for _ in $(seq 100); do [ -S "$RUN/munge/munge.sock" ] && break; sleep 0.05; done
+[ -S "$RUN/munge/munge.sock" ] || { tail -3 "$RUN/log/munged.log" >&2; false; }
+
+# slurmctld daemonizes; -c: ignore any saved state
+"$RUN/bin/slurmctld" -c -f "$SLURM_CONF"
+up=0
+for i in $(seq 200); do
+    if scontrol ping 2>/dev/null | grep -q UP; then up=1; break; fi
+    # gave up already (bad config, port taken)? then do not wait 20 s for it
+    if [ "$i" -gt 5 ] && ! grep -qsaF "$RUN/bin/slurmctld" /proc/[0-9]*/cmdline; then break; fi
+    sleep 0.1
+done
+[ "$up" = 1 ] || { tail -5 "$RUN/log/slurmctld.log" >&2; false; }
+
+# one slurmd per emulated node, all on this host: -N names the node, Port= in slurm.conf keeps
+# them apart, %n in the spool/pid/log paths gives each its own files
+pids=()
+for ((i = 1; i <= NODES; i++)); do
+    mkdir -p "$RUN/spool/node$i"
+    "$RUN/bin/slurmd" -f "$SLURM_CONF" -N "node$i" -d "$RUN/bin/slurmstepd" &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+idle=0
+for _ in $(seq 600); do
+    idle=$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)
+    [ "$idle" -eq "$NODES" ] && break
+    sleep 0.1
+done
+[ "$idle" -eq "$NODES" ] || { sinfo -N -l >&2; echo "slurm lab: only $idle of $NODES nodes idle; see $RUN/log/" >&2; false; }
+
+if [ -n "$USERS" ]; then
+    u=${USERS%% *}
+    runuser -u "$u" -- test -r "$SLURM_CONF" -a -w "$RUN/munge/munge.sock" ||
+        echo "slurm lab: warning: user $u cannot reach $RUN (a parent dir is not world-searchable?): jobs as $u will fail" >&2
+fi
+
+# Warm-up job: proves munge, slurmd, slurmstepd and the GPUs work end to end, and makes
+# slurmctld apply SchedulerParameters (until its first scheduling pass batch_sched_delay is 3 s,
+# so the first real job would wait). It stays visible in `squeue -t all` as job 1 "warmup".
+if [ "$WARMUP" = 1 ]; then
+    w=$(sbatch --parsable -J warmup -p main -o /dev/null -e /dev/null --chdir "$RUN/jobs" \
+        --gres=gpu:1 --wrap true)
+    st=""
+    for _ in $(seq 300); do
+        st=$(squeue -h -t all -j "$w" -o %T 2>/dev/null)
+        [ "$st" = COMPLETED ] && break
+        sleep 0.05
+    done
+    [ "$st" = COMPLETED ] || { echo "slurm lab: warm-up job $w is ${st:-gone}" >&2; false; }
+fi
+trap - ERR
+printf 'slurm lab: up in %.1f s: %s idle nodes. . %s/env.sh  (or export SLURM_CONF=%s)\n' \
+    "$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')" "$idle" "$RUN" "$SLURM_CONF"

@@ -1,0 +1,70 @@
+#!/bin/bash
+# Stop the attentived Slurm lab: cancel its jobs, end its daemons (pid files first, then any
+# slurmctld/slurmd/slurmstepd/munged process that still names the run dir), keep its files.
+#   bash stop.sh [--run DIR]        (default $ATTENTIVED_LAB_RUN or /tmp/attentived-lab)
+# Exit 0 when nothing of the lab is left running.
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --run) RUN=${2:?}; shift;;
+        --run=*) RUN=${1#*=};;
+        *) lab_die "usage: stop.sh [--run DIR]";;
+    esac
+    shift
+done
+lab_check_run
+export SLURM_CONF="$RUN/etc/slurm.conf"
+
+if lab_running; then
+    # cancel jobs first, so no slurmstepd or job process outlives the lab
+    jobs=$(squeue -h -t PD,R,S,CG,CF -o %i 2>/dev/null | tr '\n' ' ')
+    if [ -n "${jobs// }" ]; then
+        # shellcheck disable=SC2086
+        timeout 10 scancel $jobs 2>/dev/null
+        for _ in $(seq 100); do
+            [ -z "$(timeout 5 squeue -h -t R,CG,S -o %i 2>/dev/null)" ] && break
+            sleep 0.1
+        done
+    fi
+fi
+
+stopped=""
+term_all() {  # SIGTERM the given pids, wait up to 10 s, then SIGKILL what is left
+    local p left=""
+    for p in "$@"; do lab_alive "$p" && kill -TERM "$p" 2>/dev/null && stopped="$stopped $p"; done
+    for _ in $(seq 100); do
+        left=""; for p in "$@"; do lab_alive "$p" && left="$left $p"; done
+        [ -z "$left" ] && return 0
+        sleep 0.1
+    done
+    for p in $left; do kill -KILL "$p" 2>/dev/null; done
+    sleep 0.2
+}
+
+# every Slurm daemon of the lab at once, munged last (the others need it to shut down). Found
+# through /proc, not pid files: that also catches slurmstepds and daemons of a crashed lab, and
+# never a process that merely reused an old pid.
+declare -A seen=()
+slurm=(); munge=()
+for p in $(lab_processes); do
+    [ -n "${seen[$p]:-}" ] && continue; seen[$p]=1
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+    case "${exe##*/}" in
+        munged*) munge+=("$p");;
+        slurmctld*|slurmd*|slurmstepd*) slurm+=("$p");;
+    esac
+done
+[ ${#slurm[@]} -eq 0 ] || term_all "${slurm[@]}"
+# job processes whose slurmstepd is gone (a lab that was killed rather than stopped)
+mapfile -t orphans < <(lab_job_processes)
+[ ${#orphans[@]} -eq 0 ] || term_all "${orphans[@]}"
+[ ${#munge[@]} -eq 0 ] || term_all "${munge[@]}"
+rm -f "$RUN"/pid/*.pid 2>/dev/null
+
+left=$(lab_processes | tr '\n' ' ')
+if [ -n "${left// }" ]; then
+    echo "slurm lab: processes still running: $left" >&2
+    exit 1
+fi
+echo "slurm lab: stopped${stopped:+ (pids:$stopped)}"

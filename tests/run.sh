@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh clone: install what it needs, run, clean up.
+#   bash tests/run.sh            # everything (unit, property, Slurm integration)
+#   bash tests/run.sh -m 'not slurm'   # extra arguments go to pytest
+# Slurm and munge come from Debian's packages when missing (needs root); the `slurm`
+# tests start the project's own 4-node cluster (attentived/slurmlab) once and stop it at
+# the end of the session.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+# torch==2.13.0 first: the CPU wheel; a bare `torch` would pull a multi-GB CUDA build.
+.venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 -e '.[dev]' 2> >(grep -v "^WARNING: Location" >&2)
+
+# Slurm + munge for the `slurm` tests: install.sh does nothing when they are present.
+if [ "$(id -u)" = 0 ]; then
+    bash attentived/slurmlab/install.sh
+elif ! bash attentived/slurmlab/install.sh --check; then
+    echo "tests/run.sh: Slurm is missing and this is not root: the slurm tests cannot run" >&2
+fi
+
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+# pytest exits 5 when a selection ran no test; that is not a failure of the suite.
+[ "$rc" = 5 ] && rc=0
+exit "$rc"
