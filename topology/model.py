@@ -36,13 +36,15 @@ class Bandwidths:
     """Bus bandwidth per link class in GB/s, as an all-reduce sees it (nccl-tests busbw).
 
     Defaults are round figures for a modern cluster: NVLink 3/4 busbw, PCIe 4.0 x16,
-    a cross-socket hop, 100 Gb/s InfiniBand, and a 2:1 oversubscribed spine.
+    a cross-socket GPU peer hop (through both host bridges and UPI), 100 Gb/s InfiniBand,
+    and a 2:1 oversubscribed spine. Each level is slower than the one inside it, so a
+    more consolidated placement is never slower.
     """
 
     nvlink: float = 150.0
     pcie_switch: float = 24.0
     pcie_host: float = 20.0
-    socket: float = 12.0
+    socket: float = 16.0
     network: float = 12.5
     spine: float = 6.25
 
@@ -287,29 +289,48 @@ class Topology:
     def allreduce_seconds(self, gpus: tuple[int, ...] | list[int] | np.ndarray, gbytes: float) -> float:
         """Time of one all-reduce of ``gbytes`` GB of gradients over ``gpus``.
 
-        One node: a ring, ``2(n-1)/n * bytes / bottleneck``. Several nodes: hierarchical
-        (as NCCL does it): a ring inside each node (the slowest node counts), then a ring
-        between the ``m`` nodes over the network, ``2(m-1)/m * bytes / network bandwidth``.
+        Hierarchical at every level, as NCCL's trees and rings behave: a ring of ``k``
+        GPUs moves ``2(k-1)/k * bytes`` over its slowest link. First a ring inside each
+        NVLink island, then a ring across the islands of each node, then a ring across
+        the ``m`` nodes over the network (``NETWORK`` under one leaf switch, else
+        ``SPINE``). The slowest island and node of each level count.
         """
-        n = len(gpus)
-        if n <= 1 or gbytes <= 0:
+        if len(gpus) <= 1 or gbytes <= 0:
             return 0.0
         by_node: dict[int, list[int]] = {}
         for g in gpus:
             g = int(g)
             by_node.setdefault(int(self.gpu_node[g]), []).append(int(self.gpu_local[g]))
-        intra = 0.0
-        for ni, local in by_node.items():
-            k = len(local)
-            if k > 1:
-                _, bw = self._node_bottleneck(self.nodes[ni], local)
-                intra = max(intra, 2 * (k - 1) / k * gbytes / bw)
+        intra = max(self._node_allreduce(self.nodes[ni], local, gbytes) for ni, local in by_node.items())
         m = len(by_node)
         if m == 1:
             return intra
         same_leaf = len({int(self.node_switch[ni]) for ni in by_node}) == 1
         net_bw = self.bandwidths.network if same_leaf else self.bandwidths.spine
         return intra + 2 * (m - 1) / m * gbytes / net_bw
+
+    def _node_allreduce(self, node: Node, local: list[int], gbytes: float) -> float:
+        island_of = {g: k for k, isl in enumerate(node.islands) for g in isl}
+        groups: dict[int, list[int]] = {}
+        for g in local:
+            groups.setdefault(island_of[g], []).append(g)
+        t = 0.0
+        for members in groups.values():
+            k = len(members)
+            if k > 1:
+                _, bw = self._node_bottleneck(node, members)
+                t = max(t, 2 * (k - 1) / k * gbytes / bw)
+        m = len(groups)
+        if m > 1:
+            # one ring across islands; its slowest hop joins two different islands
+            cross = min(
+                self._pair_bw(node, i, j)
+                for x, i in enumerate(local)
+                for j in local[x + 1 :]
+                if island_of[i] != island_of[j]
+            )
+            t += 2 * (m - 1) / m * gbytes / cross
+        return t
 
     def ideal_gpus(self, n: int) -> tuple[int, ...]:
         """The most consolidated set of ``n`` GPUs on an empty cluster.

@@ -97,7 +97,7 @@ def test_custom_profiles_replace_the_shipped_ones() -> None:
 
 # Chains of placements of the same size on uniform(8, 8), each more spread than the last: one
 # NVLink island < two islands or two nodes under one leaf switch < two leaf switches. The
-# larger jobs start from half-nodes (one island each); whole nodes are the xfail below.
+# larger jobs start from half-nodes (one island each); whole nodes are checked below.
 SPREAD_CHAINS = (
     ((0, 1), (0, 8), (0, 32)),
     ((0, 1), (0, 4), (0, 32)),
@@ -118,12 +118,6 @@ def test_more_spread_is_never_faster(cluster: SpeedModel, model: str, chain: tup
     assert slowdowns == sorted(slowdowns), slowdowns
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="topology model: a node's GPUs form one flat ring over its slowest link (SYS), while "
-    "several nodes are reduced hierarchically, so two half-nodes (one NVLink island each) "
-    "all-reduce faster than one full node (its two islands)",
-)
 def test_a_full_node_is_not_slower_than_two_half_nodes(cluster: SpeedModel) -> None:
     assert cluster.slowdown("bert", (0, 1, 2, 3, 8, 9, 10, 11)) >= 1.0
 

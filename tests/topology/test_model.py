@@ -3,7 +3,7 @@
 The cluster is ``uniform(4, 8, nodes_per_switch=2)``: node1..node4, 8 GPUs each in two
 NVLink islands of 4 that are also the two sockets; node1-2 under sw1, node3-4 under sw2,
 both under spine. Global ids: node1 = 0..7, node2 = 8..15, node3 = 16..23, node4 = 24..31.
-Default bandwidths (GB/s): NVLink 150, PCIe host 20, socket 12, network 12.5, spine 6.25.
+Default bandwidths (GB/s): NVLink 150, PCIe host 20, socket 16, network 12.5, spine 6.25.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_link_classes(topo: Topology, a: int, b: int, link: Link) -> None:
     [
         ([5], (Link.SELF, float("inf"))),
         ([0, 1, 2, 3], (Link.NVLINK, 150.0)),
-        ([0, 1, 4], (Link.SOCKET, 12.0)),
+        ([0, 1, 4], (Link.SOCKET, 16.0)),
         ([0, 8], (Link.NETWORK, 12.5)),
         ([0, 1, 9, 31], (Link.SPINE, 6.25)),
     ],
@@ -63,14 +63,16 @@ def test_bottleneck(topo: Topology, gpus: list[int], expected: tuple[Link, float
         # 2 GPUs in one island, 1 GB: ring 2(n-1)/n * 1 GB / 150 GB/s.
         ([0, 1], 1.0, 2 * (1 / 2) * 1 / 150),
         ([0, 1, 2, 3], 1.0, 2 * (3 / 4) * 1 / 150),
-        # Both islands of one node: the SYS hop (12 GB/s) is the ring's bottleneck.
-        ([0, 1, 2, 3, 4, 5, 6, 7], 2.0, 2 * (7 / 8) * 2 / 12),
+        # Both islands of one node: a ring in each island, then a 2-island ring over SYS (16).
+        ([0, 1, 2, 3, 4, 5, 6, 7], 2.0, 2 * (3 / 4) * 2 / 150 + 2 * (1 / 2) * 2 / 16),
+        # Uneven islands: the 3-GPU island's ring is the slower one, then the SYS ring.
+        ([0, 1, 2, 4], 1.0, 2 * (2 / 3) * 1 / 150 + 2 * (1 / 2) * 1 / 16),
         # 4 GPUs, 2 per node, two nodes on one leaf: NVLink ring per node, then a 2-node ring at 12.5.
         ([0, 1, 8, 9], 1.0, 2 * (1 / 2) * 1 / 150 + 2 * (1 / 2) * 1 / 12.5),
         # The same across leaves: the second ring runs over the spine at 6.25.
         ([0, 1, 16, 17], 1.0, 2 * (1 / 2) * 1 / 150 + 2 * (1 / 2) * 1 / 6.25),
-        # The slowest node's ring counts: node1's pair crosses sockets (12), node2's is NVLink.
-        ([0, 4, 8, 9], 1.0, 2 * (1 / 2) * 1 / 12 + 2 * (1 / 2) * 1 / 12.5),
+        # The slowest node's ring counts: node1's pair crosses sockets (16), node2's is NVLink.
+        ([0, 4, 8, 9], 1.0, 2 * (1 / 2) * 1 / 16 + 2 * (1 / 2) * 1 / 12.5),
         # One GPU on each of 4 nodes: no intra-node ring, 4-node ring over the spine.
         ([0, 8, 16, 24], 1.0, 2 * (3 / 4) * 1 / 6.25),
         ([3], 1.0, 0.0),
