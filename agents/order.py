@@ -7,10 +7,10 @@ finished jobs; ``sjf-oracle`` sees true durations and exists only as an upper bo
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
-from typing import Callable
+
+import numpy as np
 
 from .policy import Ranking
 from .state import ClusterState, PendingJob
@@ -25,9 +25,16 @@ def estimated_runtime(job: PendingJob, state: ClusterState) -> float:
     return job.time_limit * (accuracy if accuracy is not None else 1.0)
 
 
-def _rank_by(state: ClusterState, key: Callable[[PendingJob], tuple]) -> Ranking:
-    pending = state.pending
-    return Ranking(tuple(sorted(range(len(pending)), key=lambda i: key(pending[i]))))
+def estimated_runtimes(state: ClusterState) -> np.ndarray:
+    """``estimated_runtime`` for the whole queue at once (row i = ``state.pending[i]``)."""
+    q = state.queue
+    accuracy = np.array([state.user(u).limit_accuracy or 1.0 for u in q.users], dtype=float)
+    return q.limit * accuracy[q.user] if len(q.users) else q.limit.copy()
+
+
+def _rank_by(state: ClusterState, *keys: np.ndarray) -> Ranking:
+    """Sort by ``keys`` (most significant first), arrival order breaking ties."""
+    return Ranking(np.lexsort((state.queue.seq, *reversed(keys))))
 
 
 @dataclass
@@ -37,7 +44,7 @@ class Fifo:
     name: str = "fifo"
 
     def rank(self, state: ClusterState) -> Ranking:
-        return _rank_by(state, lambda j: (j.submit_time, j.job_id))
+        return _rank_by(state)
 
 
 @dataclass
@@ -47,7 +54,7 @@ class ShortestJobFirst:
     name: str = "sjf"
 
     def rank(self, state: ClusterState) -> Ranking:
-        return _rank_by(state, lambda j: (estimated_runtime(j, state), j.submit_time, j.job_id))
+        return _rank_by(state, estimated_runtimes(state))
 
 
 @dataclass
@@ -58,12 +65,10 @@ class OracleShortestJobFirst:
     needs_oracle: bool = True
 
     def rank(self, state: ClusterState) -> Ranking:
-        def key(j: PendingJob) -> tuple:
-            if j.oracle_duration is None:
-                raise ValueError("sjf-oracle needs true durations: run it in the simulator's oracle mode")
-            return (j.oracle_duration, j.submit_time, j.job_id)
-
-        return _rank_by(state, key)
+        oracle = state.queue.oracle
+        if np.isnan(oracle).any():
+            raise ValueError("sjf-oracle needs true durations: run it in the simulator's oracle mode")
+        return _rank_by(state, oracle)
 
 
 @dataclass
@@ -74,8 +79,10 @@ class FairShare:
     name: str = "fair-share"
 
     def rank(self, state: ClusterState) -> Ranking:
+        q = state.queue
         served = state.attained_service
-        return _rank_by(state, lambda j: (served.get(j.user, 0.0), j.submit_time, j.job_id))
+        per_user = np.array([served.get(u, 0.0) for u in q.users], dtype=float)
+        return _rank_by(state, per_user[q.user] if len(q.users) else q.submit)
 
 
 @dataclass
@@ -94,14 +101,11 @@ class Tiresias:
     starvation_factor: float = 2.0
 
     def rank(self, state: ClusterState) -> Ranking:
-        def key(j: PendingJob) -> tuple:
-            est = estimated_runtime(j, state)
-            queue = bisect.bisect_right(self.thresholds, j.num_gpus * est)
-            if math.isfinite(est) and j.waited(state.now) > self.starvation_factor * est:
-                queue = 0
-            return (queue, j.submit_time, j.job_id)
-
-        return _rank_by(state, key)
+        q = state.queue
+        est = estimated_runtimes(state)
+        queue = np.searchsorted(np.asarray(self.thresholds), q.gpus * est, side="right")
+        starving = np.isfinite(est) & (state.now - q.submit > self.starvation_factor * est)
+        return _rank_by(state, np.where(starving, 0, queue))
 
 
 @dataclass
@@ -110,7 +114,8 @@ class SlurmMultifactor:
 
     ``priority = w_age * min(wait / max_age, 1) + w_size * gpus / cluster_gpus``
     (PriorityWeightAge, PriorityWeightJobSize, PriorityMaxAge=7-0, PriorityFavorSmall=NO),
-    highest first; run with first-fit and backfill it emulates a default Slurm site.
+    truncated to an integer as Slurm does, highest first; run with first-fit and backfill
+    it emulates a default Slurm site.
     """
 
     name: str = "slurm-multifactor"
@@ -119,10 +124,7 @@ class SlurmMultifactor:
     max_age: float = 7 * 86_400.0
 
     def rank(self, state: ClusterState) -> Ranking:
-        total = state.topology.num_gpus
-
-        def key(j: PendingJob) -> tuple:
-            prio = self.weight_age * min(j.waited(state.now) / self.max_age, 1.0) + self.weight_size * j.num_gpus / total
-            return (-int(prio), j.submit_time, j.job_id)
-
-        return _rank_by(state, key)
+        q = state.queue
+        age = np.minimum(np.maximum(state.now - q.submit, 0.0) / self.max_age, 1.0)
+        prio = np.floor(self.weight_age * age + self.weight_size * q.gpus / state.topology.num_gpus)
+        return _rank_by(state, -prio)

@@ -8,7 +8,7 @@ into a ``Policy`` whose ``decide(state) -> Plan`` is all the simulator and the d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -18,10 +18,11 @@ from .state import ClusterState, PendingJob
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
-    """Pending-queue indices, best first. Only the first ``startable`` may start now (an
-    agent's "wait" action sets it lower); ``None`` means all of them."""
+    """Pending-queue indices, best first (a sequence or an int array). Only the first
+    ``startable`` may start now (an agent's "wait" action sets it lower); ``None`` means
+    all of them."""
 
-    order: tuple[int, ...]
+    order: Sequence[int] | np.ndarray
     startable: int | None = None
 
 
@@ -76,32 +77,52 @@ class Scheduler:
 
     def decide(self, state: ClusterState) -> Plan:
         ranking = self.chooser.rank(state)
-        order = ranking.order
+        order = np.asarray(ranking.order, dtype=np.int64)
         limit = len(order) if ranking.startable is None else ranking.startable
+        wanted = state.queue.gpus[order]
         free = state.free.copy()
         n_free = state.num_free
         starts: list[Start] = []
         hold: Hold | None = None
-        for pos, idx in enumerate(order):
-            if pos >= limit or n_free == 0:
-                break
-            job = state.pending[idx]
-            gpus = self.placer.place(job, free, state) if job.num_gpus <= n_free else None
+        unheld = free  # free GPUs a job that may outlive the hold can use
+        n_unheld = n_free
+        ends_in_time = np.zeros(len(order), dtype=bool)
+        pos = 0
+        while pos < limit and n_free > 0:
+            if hold is not None:
+                # Behind a hold only jobs that fit what they may use are candidates: jump
+                # straight to the next one instead of walking a long queue in Python.
+                ok = (wanted[pos:limit] <= n_unheld) | (ends_in_time[pos:limit] & (wanted[pos:limit] <= n_free))
+                ahead = np.flatnonzero(ok)
+                if not len(ahead):
+                    break
+                pos += int(ahead[0])
+            job = state.pending[int(order[pos])]
+            usable = free if hold is None or ends_in_time[pos] else unheld
+            pos += 1
+            gpus = self.placer.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
             if gpus is None:
                 if hold is None:
                     hold = self._hold(job, free, state)
-                    # A job that cannot fit even once every running job ends (nodes down,
-                    # shape impossible) must not block the queue: skip it.
-                    if hold is not None and not self.backfill:
+                    if hold is None:
+                        # It cannot fit even once every running job ends (nodes down, shape
+                        # impossible): skip it rather than block the queue.
+                        continue
+                    if not self.backfill:
                         break
-                continue
-            if hold is not None and not _backfill_ok(job, gpus, hold, state.now):
+                    unheld = free.copy()
+                    unheld[list(hold.gpus)] = False
+                    n_unheld = int(unheld.sum())
+                    ends_in_time = state.now + state.queue.limit[order] <= hold.expected_start
                 continue
             free[list(gpus)] = False
             n_free -= len(gpus)
+            if hold is not None:
+                unheld[list(gpus)] = False
+                n_unheld = int(unheld.sum())
             starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
         return Plan(
-            order=tuple(state.pending[i].job_id for i in order),
+            order=tuple(state.queue.ids[order]),
             starts=tuple(starts),
             holds=(hold,) if hold is not None else (),
             waited=limit < len(order) and n_free > 0,
@@ -121,9 +142,3 @@ class Scheduler:
             if gpus is not None:
                 return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
         return None
-
-
-def _backfill_ok(job: PendingJob, gpus: tuple[int, ...], hold: Hold, now: float) -> bool:
-    if not set(gpus).intersection(hold.gpus):
-        return True
-    return job.time_limit is not None and now + job.time_limit <= hold.expected_start
