@@ -1,0 +1,112 @@
+"""Terminal rendering for the CLI: tables and progress bars (rich), nothing else."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from attentived.simulator.replay import Replay
+
+
+def _duration(seconds: float) -> str:
+    """Human scale for seconds: 42s, 3.5m, 7.2h, 2.1d."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if abs(seconds) >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _console() -> Console:
+    """Rich's console; when stdout is not a terminal (a pipe, a log) rich would wrap at 80
+    columns and cut the numbers, so use a width that fits the table."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+def comparison_table(rep: Replay, console: Console | None = None) -> None:
+    console = console or _console()
+    topo = rep.topology
+    table = Table(
+        title=f"{rep.trace.name}: {len(rep.trace.jobs)} jobs on {len(topo.nodes)} nodes / {topo.num_gpus} GPUs (seed {rep.seed})",
+        title_justify="left",
+    )
+    cols = (
+        ("policy", None),
+        ("avg JCT", "avg_jct"),
+        ("p99 JCT", "p99_jct"),
+        ("avg wait", "avg_wait"),
+        ("p99 wait", "p99_wait"),
+        ("Jain", "jain_fairness"),
+        ("comm cost GPU-h", "comm_cost"),
+        ("multi-GPU slowdown", "multi_gpu_slowdown"),
+        ("util", "utilization"),
+        ("makespan", "makespan"),
+    )
+    for title, _ in cols:
+        table.add_column(title, justify="left" if title == "policy" else "right")
+    best = {k: min(r.summary[k] for r in rep.runs.values()) for _, k in cols if k in ("avg_jct", "p99_jct", "avg_wait", "comm_cost")}
+    best_jain = max(r.summary["jain_fairness"] for r in rep.runs.values())
+    for name, run in rep.runs.items():
+        s = run.summary
+        cells = [name]
+        for _, k in cols[1:]:
+            v = s[k]
+            if k in ("jain_fairness", "utilization"):
+                text = f"{v:.3f}"
+            elif k == "multi_gpu_slowdown":
+                text = f"{v:.2f}x"
+            elif k == "comm_cost":
+                text = f"{v / 3600:.1f}"
+            else:
+                text = _duration(v)
+            if (k in best and v == best[k]) or (k == "jain_fairness" and v == best_jain):
+                text = f"[bold green]{text}[/]"
+            cells.append(text)
+        table.add_row(*cells)
+    console.print(table)
+    console.print("[dim]bold green = best in column; JCT and wait in s/m/h/d; comm cost = extra GPU-hours from non-ideal placement[/]")
+
+
+@contextmanager
+def progress_bars(jobs: int) -> Iterator[Callable[[str], Callable[[int], None] | None]]:
+    """One bar per policy on a terminal (stderr); silent otherwise."""
+    if not sys.stderr.isatty():
+        yield lambda name: None
+        return
+    with Progress(
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+
+        def on_policy(name: str) -> Callable[[int], None]:
+            task = progress.add_task(name, total=jobs)
+            return lambda done: progress.update(task, completed=done)
+
+        yield on_policy
+
+
+def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, console: Console | None = None) -> None:
+    console = console or _console()
+    t = Table(title="presets (`--policy NAME`; `--policy all` runs these)", title_justify="left")
+    for c in ("name", "order", "placement", "backfill", "what"):
+        t.add_column(c)
+    for name, p in presets.items():
+        t.add_row(name, p.order, p.placer, "yes" if p.backfill else "no", p.summary)
+    console.print(t)
+    for title, reg, probe in (("job orders", orders, lambda f: f()), ("placers", placers, lambda f: f(0))):
+        t = Table(title=f"{title} (compose as ORDER+PLACER[+backfill])", title_justify="left")
+        t.add_column("name")
+        t.add_column("what")
+        for name, factory in reg.items():
+            doc = (type(probe(factory)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            t.add_row(name, " ".join(doc.split()))
+        console.print(t)

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attentived.agents.registry import ALL, make_policy
+from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
+from attentived.simulator.metrics import summarize
+from attentived.simulator.trace import TraceJob
+from attentived.topology import uniform
+
+
+def tj(job_id, submit, duration, gpus=1, user="alice", model=None):
+    return TraceJob(job_id=job_id, submit_time=submit, user=user, num_gpus=gpus, duration=duration, model=model, line=0)
+
+
+def three_jobs():
+    """One GPU; A long then B and C queue behind it. Limits equal the true durations."""
+    jobs = [tj("A", 0, 100), tj("B", 1, 50, user="bob"), tj("C", 2, 10)]
+    return [SimJob(j, j.duration, "imagenet") for j in jobs]
+
+
+def run(jobs, policy, topo=None):
+    return Simulation(jobs, topo or uniform(1, 1), make_policy(policy)).run()
+
+
+def test_fifo_and_sjf_differ_as_computed_by_hand():
+    fifo = {r.job_id: (r.start_time, r.end_time) for r in run(three_jobs(), "fifo").records}
+    sjf = {r.job_id: (r.start_time, r.end_time) for r in run(three_jobs(), "sjf").records}
+    assert fifo == {"A": (0, 100), "B": (100, 150), "C": (150, 160)}
+    assert sjf == {"A": (0, 100), "C": (100, 110), "B": (110, 160)}
+
+
+def test_metrics_on_the_hand_computed_schedule():
+    m = summarize(run(three_jobs(), "fifo").records, num_gpus=1)
+    assert m["jobs"] == 3
+    assert m["avg_jct"] == pytest.approx((100 + 149 + 158) / 3)
+    assert m["avg_wait"] == pytest.approx((0 + 99 + 148) / 3)
+    assert m["makespan"] == pytest.approx(160)
+    assert m["utilization"] == pytest.approx(160 / 160)
+    # users' mean waits: alice (0 + 148) / 2 = 74, bob 99
+    assert m["jain_fairness"] == pytest.approx(173**2 / (2 * (74**2 + 99**2)))
+    assert m["comm_cost"] == pytest.approx(0.0)
+    assert m["lower_bound_ratio"] == pytest.approx(((100 + 149 + 158) / 3) / (160 / 3))
+    s = summarize(run(three_jobs(), "sjf").records, num_gpus=1)
+    assert s["avg_jct"] == pytest.approx((100 + 108 + 159) / 3)
+
+
+def test_spread_placement_costs_time_and_shows_as_comm_cost():
+    # Two 2-GPU nodes on different switches. Two 1-GPU jobs arrive first; load-balance puts
+    # one on each node, so the 2-GPU job must cross the spine. Consolidate packs them on
+    # one node and the 2-GPU job runs at its ideal speed on the other.
+    topo = uniform(2, 2, nodes_per_switch=1)
+    jobs = [
+        SimJob(tj("X", 0, 5000), 6000.0, "imagenet"),
+        SimJob(tj("Y", 0, 5000), 6000.0, "imagenet"),
+        SimJob(tj("J", 1, 1000, gpus=2), 2000.0, "bert"),
+    ]
+    spread = {r.job_id: r for r in run(jobs, "fifo+load-balance", topo).records}
+    packed = {r.job_id: r for r in run(jobs, "fifo+consolidate", topo).records}
+    assert topo.spread(spread["J"].gpus) == (2, 2, 2)
+    assert spread["J"].runtime > 1000
+    assert packed["J"].runtime == pytest.approx(1000)
+    m = summarize(list(spread.values()), topo.num_gpus)
+    assert m["comm_cost"] == pytest.approx((spread["J"].runtime - 1000) * 2)
+    assert summarize(list(packed.values()), topo.num_gpus)["comm_cost"] == pytest.approx(0.0)
+
+
+def test_same_seed_same_schedule_different_seed_different_limits():
+    jobs = [tj(f"j{i}", i * 7.0, 50 + (i * 37) % 400, gpus=1 + i % 4, user=f"u{i % 3}") for i in range(60)]
+    topo = uniform(2, 4)
+    a = Simulation(prepare_jobs(jobs, 1), topo, make_policy("sjf")).run().records
+    b = Simulation(prepare_jobs(jobs, 1), topo, make_policy("sjf")).run().records
+    assert a == b
+    assert prepare_jobs(jobs, 1) != prepare_jobs(jobs, 2)
+
+
+def _check_schedule(records, jobs, topo):
+    assert sorted(r.job_id for r in records) == sorted(j.job.job_id for j in jobs)  # each exactly once
+    by_gpu = defaultdict(list)
+    for r in records:
+        assert r.start_time >= r.submit_time
+        assert len(set(r.gpus)) == r.num_gpus
+        for g in r.gpus:
+            assert 0 <= g < topo.num_gpus
+            by_gpu[g].append((r.start_time, r.end_time))
+    for spans in by_gpu.values():  # no GPU serves two jobs at once
+        spans.sort()
+        for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+            assert s2 >= e1 - 1e-9
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.integers(1, 5),
+    gpn=st.sampled_from([1, 2, 4, 8]),
+    raw=st.lists(
+        st.tuples(st.floats(0, 500), st.floats(1, 300), st.integers(1, 40), st.integers(0, 3)),
+        min_size=1,
+        max_size=40,
+    ),
+    policy=st.sampled_from(list(ALL) + ["sjf+load-balance+backfill", "tiresias+random+backfill"]),
+    seed=st.integers(0, 5),
+)
+def test_any_trace_on_any_cluster_completes_every_job_once_without_overallocation(nodes, gpn, raw, policy, seed):
+    topo = uniform(nodes, gpn, nodes_per_switch=2)
+    trace = [
+        tj(f"j{i}", submit, dur, gpus=min(g, topo.num_gpus), user=f"u{u}")
+        for i, (submit, dur, g, u) in enumerate(sorted(raw))
+    ]
+    jobs = prepare_jobs(trace, seed)
+    result = Simulation(jobs, topo, make_policy(policy, seed)).run()
+    _check_schedule(result.records, jobs, topo)

@@ -1,0 +1,93 @@
+"""The command line as a user runs it: real subprocesses, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attentived.simulator.metrics import SUMMARY_KEYS
+from attentived.simulator.samples import sample_path
+
+FIXTURES = Path(__file__).parent / "simulator" / "fixtures"
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attentived", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def test_replay_json_has_every_key_for_every_policy():
+    r = cli("replay", str(sample_path("tiresias-60")), "--nodes", "4", "--gpus-per-node", "8", "--policy", "all", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["trace"] == "tiresias-60"
+    assert doc["cluster"] == {"nodes": 4, "gpus": 32}
+    assert len(doc["policies"]) >= 9
+    for name, m in doc["policies"].items():
+        assert list(m) == list(SUMMARY_KEYS), name
+        assert m["jobs"] == 60
+        assert 0 < m["jain_fairness"] <= 1 and 0 < m["utilization"] <= 1
+        assert m["avg_jct"] >= m["avg_wait"] >= 0 and m["lower_bound_ratio"] >= 1 - 1e-9
+
+
+def test_replay_default_prints_the_comparison_table():
+    r = cli("replay")
+    assert r.returncode == 0, r.stderr
+    assert "philly-sample" in r.stdout and "fair-share+consolidate" in r.stdout and "Jain" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "fixture, where",
+    [("generic_non_numeric.csv", ":3: duration"), ("generic_missing_column.csv", ":1:"), ("philly_bad_date.csv", ":")],
+)
+def test_malformed_trace_exits_2_with_file_and_line(tmp_path, fixture, where):
+    out = tmp_path / "out"
+    r = cli("replay", str(FIXTURES / fixture), "--out", str(out))
+    assert r.returncode == 2
+    assert f"{fixture}{where}" in r.stderr
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+def test_job_too_big_for_the_cluster_names_its_line(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,user,num_gpus,duration\na,0,u,2,10\nb,5,u,64,10\n")
+    r = cli("replay", str(trace), "--nodes", "2", "--gpus-per-node", "8")
+    assert r.returncode == 2
+    assert "t.csv:3: num_gpus" in r.stderr
+
+
+def test_bad_options_exit_2():
+    assert cli("replay", "--policy", "nope").returncode == 2
+    assert cli("replay", "--nodes", "0").returncode == 2
+    assert cli("replay", "--start", "yesterday").returncode == 2
+    assert cli("replay", "/no/such/trace.csv").returncode == 2
+
+
+def test_out_writes_metrics_jobs_and_plots(tmp_path):
+    r = cli("replay", "--sample", "tiresias-60", "--policy", "fifo", "--policy", "sjf+consolidate", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert names == ["cdf_jct.png", "cdf_wait.png", "jobs.csv", "metrics.json", "wait_per_user.png"]
+    doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert set(doc["policies"]) == {"fifo", "sjf+consolidate"}
+    rows = (tmp_path / "o" / "jobs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 60
+    for png in ("cdf_jct.png", "cdf_wait.png", "wait_per_user.png"):
+        assert (tmp_path / "o" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_policies_lists_presets_orders_and_placers():
+    r = cli("policies")
+    assert r.returncode == 0
+    for word in ("fifo", "slurm-multifactor", "consolidate", "load-balance", "sjf-oracle"):
+        assert word in r.stdout
+
+
+def test_help_teaches():
+    r = cli("replay", "--help")
+    assert r.returncode == 0 and "--load-scale" in r.stdout and "Philly" in r.stdout
