@@ -9,6 +9,12 @@ cannot take GPUs the plan keeps for a blocked job.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .state import PendingJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +36,48 @@ class Hold:
     expected_start: float
 
 
+class OrderView(Sequence[str]):
+    """The job ids of a ranking, read on demand.
+
+    A replay never reads the order of thousands of pending jobs (only the starts), the
+    daemon reads it once per cycle; materialising it at every decision would cost more
+    than the decision.
+    """
+
+    __slots__ = ("_pending", "_order")
+
+    def __init__(self, pending: Sequence[PendingJob], order: np.ndarray) -> None:
+        self._pending = pending
+        self._order = order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return tuple(self._pending[int(k)].job_id for k in self._order[i])
+        return self._pending[int(self._order[i])].job_id
+
+    def __iter__(self) -> Iterator[str]:
+        pending = self._pending
+        return (pending[k].job_id for k in self._order.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OrderView({tuple(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """``order`` ranks every pending job (best first); ``starts`` and ``holds`` refer to
     jobs in it. ``waited`` is true when the policy chose to start nothing more although
     something fit (an agent's explicit wait)."""
 
-    order: tuple[str, ...]
+    order: Sequence[str]
     starts: tuple[Start, ...] = ()
     holds: tuple[Hold, ...] = ()
     waited: bool = False

@@ -12,7 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .plan import Hold, Plan, Start
+from .plan import Hold, OrderView, Plan, Start
 from .state import ClusterState, PendingJob
 
 
@@ -122,7 +122,7 @@ class Scheduler:
                 n_unheld = int(unheld.sum())
             starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
         return Plan(
-            order=tuple(state.queue.ids[order]),
+            order=OrderView(state.pending, order),
             starts=tuple(starts),
             holds=(hold,) if hold is not None else (),
             waited=limit < len(order) and n_free > 0,

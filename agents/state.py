@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping, Sequence, overload
 
 import numpy as np
 
@@ -112,7 +112,6 @@ class QueueArrays:
     the tie-break order (arrival order: submit time, then job id).
     """
 
-    ids: np.ndarray  # job ids (object array), for building plans without a Python loop
     seq: np.ndarray
     submit: np.ndarray
     gpus: np.ndarray
@@ -129,7 +128,6 @@ class QueueArrays:
         seq = np.empty(len(pending), dtype=np.int64)
         seq[by_arrival] = np.arange(len(pending))
         return cls(
-            ids=np.array([j.job_id for j in pending], dtype=object),
             seq=seq,
             submit=np.array([j.submit_time for j in pending], dtype=float),
             gpus=np.array([j.num_gpus for j in pending], dtype=np.int64),
@@ -140,6 +138,41 @@ class QueueArrays:
         )
 
 
+class RowView(Sequence[PendingJob]):
+    """``jobs[rows[i]]`` for each i, read on demand: the simulator's pending queue.
+
+    A replay snapshots a queue of thousands of jobs at every decision and a policy reads
+    only the few it starts; building a tuple each time would dominate the run time.
+    """
+
+    __slots__ = ("_jobs", "_rows")
+
+    def __init__(self, jobs: Sequence[PendingJob], rows: np.ndarray) -> None:
+        self._jobs = jobs
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> PendingJob: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[PendingJob, ...]: ...
+    def __getitem__(self, i: int | slice) -> PendingJob | tuple[PendingJob, ...]:
+        if isinstance(i, slice):
+            return tuple(self._jobs[int(r)] for r in self._rows[i])
+        return self._jobs[int(self._rows[i])]
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        jobs = self._jobs
+        return (jobs[r] for r in self._rows.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class ClusterState:
     """One immutable snapshot. ``free`` is a read-only bool array over global GPU ids
@@ -148,7 +181,7 @@ class ClusterState:
     now: float
     topology: Topology
     free: np.ndarray
-    pending: tuple[PendingJob, ...]
+    pending: Sequence[PendingJob]
     running: tuple[RunningJob, ...] = ()
     users: Mapping[str, UserStats] = field(default_factory=lambda: _NO_USERS)
     queue_arrays: QueueArrays | None = field(default=None, repr=False, compare=False)

@@ -22,7 +22,7 @@ import numpy as np
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
 from attentived.agents.registry import needs_oracle
-from attentived.agents.state import ClusterState, PendingJob, QueueArrays, RunningJob, UserStats
+from attentived.agents.state import ClusterState, PendingJob, QueueArrays, RowView, RunningJob, UserStats
 from attentived.topology import Topology
 
 from .limits import time_limit
@@ -128,7 +128,9 @@ class Simulation:
         if too_big:
             j = too_big[0]
             raise ValueError(f"job {j.job_id} needs {j.num_gpus} GPUs, the cluster has {topology.num_gpus}")
-        self.jobs = jobs
+        # Arrival order (submit time, then job id) is also the row order of the queue
+        # table below, so the pending rows are always ascending.
+        self.jobs = sorted(jobs, key=lambda s: (s.job.submit_time, s.job.job_id))
         self.topology = topology
         self.policy = policy
         self.name = policy.name if policy is not None else "external"
@@ -136,8 +138,9 @@ class Simulation:
         self.progress = progress
         self.oracle = policy is not None and needs_oracle(policy)
         # Every job's queue row, built once: snapshots slice it instead of rebuilding arrays.
-        self._table = QueueArrays.of(tuple(s.pending(self.oracle) for s in jobs))
-        self._row = {s.job.job_id: i for i, s in enumerate(jobs)}
+        self._as_pending = tuple(s.pending(self.oracle) for s in self.jobs)
+        self._table = QueueArrays.of(self._as_pending)
+        self._row = {s.job.job_id: i for i, s in enumerate(self.jobs)}
 
     # ---- stepping API: the Gymnasium environment drives these; ``run`` loops over them ----
 
@@ -153,7 +156,11 @@ class Simulation:
             heapq.heappush(self._events, (s.job.submit_time, _ARRIVAL, next(self._counter), s.job.job_id))
         self._free = np.ones(self.topology.num_gpus, dtype=bool)
         self._pending: dict[str, PendingJob] = {}  # insertion order = arrival order
-        self._pending_row: dict[str, int] = {}  # same keys and order: row in self._table
+        # Rows of pending jobs as a bitmap; rows below _first_pending are never pending
+        # again, so a snapshot scans only the window of jobs that arrived and still wait.
+        self._is_pending = np.zeros(len(self.jobs), dtype=bool)
+        self._first_pending = 0
+        self._arrived = 0  # arrivals come in row order: rows < _arrived have arrived
         self._sizes: Counter[int] = Counter()
         self._running: dict[str, RunningJob] = {}
         self._users: dict[str, UserStats] = {}
@@ -170,9 +177,10 @@ class Simulation:
             while self._events and self._events[0][0] == self.now:
                 _, kind, _, job_id = heapq.heappop(self._events)
                 if kind == _ARRIVAL:
-                    pj = self._by_id[job_id].pending(self.oracle)
+                    pj = self._as_pending[self._row[job_id]]
                     self._pending[job_id] = pj
-                    self._pending_row[job_id] = self._row[job_id]
+                    self._is_pending[self._row[job_id]] = True
+                    self._arrived += 1
                     self._sizes[pj.num_gpus] += 1
                 else:
                     self._finish(job_id)
@@ -186,17 +194,18 @@ class Simulation:
         return None
 
     def snapshot(self) -> ClusterState:
-        rows = np.fromiter(self._pending_row.values(), dtype=np.int64, count=len(self._pending_row))
+        lo = self._first_pending
+        rows = lo + np.flatnonzero(self._is_pending[lo : self._arrived])
+        self._first_pending = int(rows[0]) if len(rows) else self._arrived
         t = self._table
         return ClusterState(
             now=self.now,
             topology=self.topology,
             free=self._free,
-            pending=tuple(self._pending.values()),
+            pending=RowView(self._as_pending, rows),
             running=tuple(self._running.values()),
             users=MappingProxyType(dict(self._users)),
             queue_arrays=QueueArrays(
-                ids=t.ids[rows],
                 seq=t.seq[rows],
                 submit=t.submit[rows],
                 gpus=t.gpus[rows],
@@ -211,7 +220,7 @@ class Simulation:
         """Start the plan's jobs (after checking it) and schedule their completions."""
         for job_id, gpus in self._checked_starts(plan):
             pj = self._pending.pop(job_id)
-            del self._pending_row[job_id]
+            self._is_pending[self._row[job_id]] = False
             self._sizes[pj.num_gpus] -= 1
             if not self._sizes[pj.num_gpus]:
                 del self._sizes[pj.num_gpus]
