@@ -9,12 +9,9 @@ cannot take GPUs the plan keeps for a blocked job.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
-if TYPE_CHECKING:
-    import numpy as np
-
-    from .state import PendingJob
+from .state import RowView
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +33,7 @@ class Hold:
     expected_start: float
 
 
-class OrderView(Sequence[str]):
+class OrderView(RowView):
     """The job ids of a ranking, read on demand.
 
     A replay never reads the order of thousands of pending jobs (only the starts), the
@@ -44,28 +41,14 @@ class OrderView(Sequence[str]):
     than the decision.
     """
 
-    __slots__ = ("_pending", "_order")
-
-    def __init__(self, pending: Sequence[PendingJob], order: np.ndarray) -> None:
-        self._pending = pending
-        self._order = order
-
-    def __len__(self) -> int:
-        return len(self._order)
+    __slots__ = ()
 
     def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return tuple(self._pending[int(k)].job_id for k in self._order[i])
-        return self._pending[int(self._order[i])].job_id
+        got = super().__getitem__(i)
+        return tuple(j.job_id for j in got) if isinstance(i, slice) else got.job_id
 
-    def __iter__(self) -> Iterator[str]:
-        pending = self._pending
-        return (pending[k].job_id for k in self._order.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    __hash__ = None  # type: ignore[assignment]
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
+        return (j.job_id for j in super().__iter__())
 
     def __repr__(self) -> str:
         return f"OrderView({tuple(self)!r})"
