@@ -156,6 +156,27 @@ def replay(
 
 
 @app.command()
+def topology(
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster TOML file (see docs/cluster-file.md)."),
+    nodes: int = typer.Option(4, "--nodes", help="Quick shape: number of nodes."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node."),
+    nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
+    as_json: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
+) -> None:
+    """Show the cluster as a tree: switches, nodes, NVLink islands, GPUs."""
+    from attentived.topology.describe import as_dict
+
+    from .render import topology_tree
+
+    with _bad_input():
+        topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
+    if as_json:
+        typer.echo(json.dumps(as_dict(topo), indent=2))
+    else:
+        topology_tree(topo)
+
+
+@app.command()
 def policies() -> None:
     """List the policies `replay --policy` accepts: presets, job orders and placers."""
     from attentived.agents.registry import ORDERS, PLACERS, PRESETS
@@ -165,3 +186,17 @@ def policies() -> None:
     policy_list(PRESETS, ORDERS, PLACERS)
 
 
+
+
+@app.command()
+def start(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Config file (default /etc/attentived/config.toml; built-in defaults when absent)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and log every action, change nothing in Slurm."),
+    once: bool = typer.Option(False, "--once", help="Run one cycle and exit (for cron and debugging)."),
+) -> None:
+    """Run the scheduling daemon: every cycle, read Slurm, decide, make Slurm carry out the plan."""
+    from attentived.daemon.service import main as daemon_main
+
+    code = daemon_main(config, dry_run=dry_run, once=once)
+    if code:
+        raise typer.Exit(code)

@@ -110,3 +110,48 @@ def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, console: Co
             doc = (type(probe(factory)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             t.add_row(name, " ".join(doc.split()))
         console.print(t)
+
+
+def topology_tree(topo, free=None, console: Console | None = None) -> None:
+    """Switches > nodes > NVLink islands > GPUs; with ``free`` (bool per GPU) marks used ones."""
+    from rich.tree import Tree
+
+    console = console or _console()
+    children: dict[str | None, list[str]] = {}
+    for sw, parent in topo.switch_parent.items():
+        children.setdefault(parent, []).append(sw)
+    leaves = set(topo.switch_names)
+    roots = sorted(children.get(None, [])) or sorted(leaves)
+    n_free = topo.num_gpus if free is None else int(free.sum())
+    root = Tree(f"[bold]cluster[/]: {len(topo.nodes)} nodes, {topo.num_gpus} GPUs, {n_free} free")
+
+    def gpu_cell(g: int) -> str:
+        if free is None:
+            return str(int(topo.gpu_local[g]))
+        return f"[green]{int(topo.gpu_local[g])}[/]" if free[g] else f"[red]{int(topo.gpu_local[g])}*[/]"
+
+    def add_switch(branch, sw: str) -> None:
+        node = branch.add(f"[cyan]switch {sw}[/]")
+        for child in sorted(children.get(sw, [])):
+            add_switch(node, child)
+        if sw in leaves:
+            for ni, n in enumerate(topo.nodes):
+                if n.switch != sw:
+                    continue
+                base = int(topo.node_first_gpu[ni])
+                nf = n.num_gpus if free is None else int(free[base : base + n.num_gpus].sum())
+                nb = node.add(f"[bold]{n.name}[/] {n.num_gpus} GPUs, {nf} free")
+                for k, isl in enumerate(n.islands):
+                    kind = "NVLink island" if len(isl) > 1 else "GPU (no NVLink peer)"
+                    nb.add(f"{kind} {k}: " + " ".join(gpu_cell(base + g) for g in isl))
+
+    for sw in roots:
+        add_switch(root, sw)
+    console.print(root)
+    bw = topo.bandwidths
+    console.print(
+        f"[dim]bandwidths GB/s: NVLink {bw.nvlink:g}, PCIe switch {bw.pcie_switch:g}, PCIe host {bw.pcie_host:g}, "
+        f"socket {bw.socket:g}, network {bw.network:g}, spine {bw.spine:g}"
+        + ("" if free is None else "; red* = in use")
+        + "[/]"
+    )

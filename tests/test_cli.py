@@ -91,3 +91,17 @@ def test_policies_lists_presets_orders_and_placers():
 def test_help_teaches():
     r = cli("replay", "--help")
     assert r.returncode == 0 and "--load-scale" in r.stdout and "Philly" in r.stdout
+
+
+def test_topology_tree_and_json(tmp_path):
+    r = cli("topology", "--nodes", "4", "--nodes-per-switch", "2")
+    assert r.returncode == 0, r.stderr
+    assert "switch sw2" in r.stdout and "NVLink island 1: 4 5 6 7" in r.stdout
+    doc = json.loads(cli("topology", "--nodes", "2", "--gpus-per-node", "4", "--json").stdout)
+    assert [n["name"] for n in doc["nodes"]] == ["node1", "node2"]
+    assert doc["nodes"][0]["islands"] == [[0, 1, 2, 3]] and doc["gpus"] == 8
+    assert doc["bandwidths_gbps"]["nvlink"] == 150.0
+    bad = tmp_path / "c.toml"
+    bad.write_text("[[nodes]]\nnames = 'n[1-2]'\ngpus = 'eight'\n")
+    r = cli("topology", "--cluster", str(bad))
+    assert r.returncode == 2 and "c.toml" in r.stderr
