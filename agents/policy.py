@@ -88,6 +88,10 @@ class Scheduler:
         n_unheld = n_free
         ends_in_time = np.zeros(len(order), dtype=bool)
         pos = 0
+        if n_free == 0 and limit > 0:
+            # A full cluster (the daemon sees one; the simulator never asks then): start
+            # nothing, but keep GPUs for the head job so lower jobs cannot take them.
+            hold = self._hold(state.pending[int(order[0])], free, state)
         while pos < limit and n_free > 0:
             if hold is not None:
                 # Behind a hold only jobs that fit what they may use are candidates: jump

@@ -60,3 +60,13 @@ def test_unknown_policy_names_what_exists():
     with pytest.raises(UnknownPolicy, match="fifo"):
         make_policy("fastest")
     assert make_policy("sjf+load-balance+backfill").name == "sjf+load-balance+backfill"
+
+
+def test_full_cluster_still_holds_gpus_for_the_head_job(lab):
+    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 1000.0, 600.0 + k) for k in range(4)]
+    s = make_state(lab, [job("head", gpus=4), job("next", gpus=1, submit=1)], running=running, now=1000)
+    plan = Scheduler(Fifo(), Consolidate()).decide(s)
+    assert plan.starts == ()
+    (hold,) = plan.holds
+    assert hold.job_id == "head" and hold.expected_start == 1600  # r0 ends first
+    assert set(hold.gpus) <= set(range(8))
