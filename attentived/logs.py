@@ -7,17 +7,32 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any, Callable, Sequence, TextIO
 
 import structlog
 
+Processor = Callable[[Any, str, dict[str, Any]], dict[str, Any]]
 
-def configure(level: str = "info", json: bool | None = None) -> None:
-    """``json=None`` picks JSON unless stderr is a TTY (systemd's journal, CI, pipes)."""
-    use_json = (not sys.stderr.isatty()) if json is None else json
-    renderer = structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+
+def configure(
+    level: str = "info",
+    json: bool | None = None,
+    stream: TextIO | None = None,
+    extra: Sequence[Processor] = (),
+) -> None:
+    """``json=None`` picks JSON unless the stream is a TTY (systemd's journal, CI, pipes).
+    ``extra`` processors run before rendering (the daemon adds its cycle id)."""
+    stream = stream or sys.stderr
+    use_json = (not stream.isatty()) if json is None else json
+    renderer: Any = (
+        structlog.processors.JSONRenderer(ensure_ascii=False)
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=stream.isatty())
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            *extra,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
@@ -25,6 +40,6 @@ def configure(level: str = "info", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )

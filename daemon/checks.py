@@ -1,0 +1,72 @@
+"""Start-up checks of Slurm's settings (``scontrol show config``) against what the daemon needs.
+
+The daemon turns its plan into priorities, node pins and reservations; that reproduces the
+plan exactly only under some settings:
+
+- ``SchedulerType=sched/builtin``: Slurm starts jobs strictly by priority and a job that does
+  not fit blocks its partition, as the plan does. Under ``sched/backfill`` the planned starts
+  still happen first and on the planned nodes (they are the highest priorities and pinned),
+  but Slurm's backfill may also start lower jobs the plan keeps waiting, whenever its own
+  estimate says they do not delay a higher one (the daemon's hold reservations keep them
+  off held nodes). The next cycle sees those jobs as running and plans around them.
+- ``PriorityType=priority/multifactor``: an operator-set priority (``scontrol update
+  Priority=``) sticks. With ``priority/basic`` the start order is submit order.
+- Multifactor weights whose sum reaches ``priority_floor``: Slurm's own priorities could
+  reach the daemon's band and be taken for its own.
+- ``GresTypes`` must include ``gpu`` and ``SelectType`` should be ``select/cons_tres``
+  (GPU indices per job).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "warning" or "error" or "info"
+    key: str
+    message: str
+
+
+_WEIGHTS = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairShare", "PriorityWeightJobSize",
+            "PriorityWeightPartition", "PriorityWeightQOS")
+
+
+def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_000) -> list[Finding]:
+    out: list[Finding] = []
+    sched = conf.get("SchedulerType", "")
+    if sched != "sched/builtin":
+        out.append(Finding("warning", "SchedulerType", (
+            f"SchedulerType={sched or '?'}: the daemon's planned starts still go first and on the planned nodes, "
+            "but Slurm may start lower jobs the plan keeps waiting (backfill); use sched/builtin for exact plan order")))
+    prio = conf.get("PriorityType", "")
+    if prio != "priority/multifactor":
+        out.append(Finding("warning", "PriorityType", (
+            f"PriorityType={prio or '?'}: priorities the daemon sets may not decide the start order; "
+            "use priority/multifactor")))
+    total = 0
+    for w in _WEIGHTS:
+        v = conf.get(w, "0").split()[0]
+        if v.isdigit():
+            total += int(v)
+    tres = conf.get("PriorityWeightTRES", "")
+    if tres and tres != "(null)":
+        for part in tres.split(","):
+            _, _, val = part.partition("=")
+            if val.replace(".", "", 1).isdigit():
+                total += int(float(val))
+    if total >= priority_floor:
+        out.append(Finding("warning", "PriorityWeight*", (
+            f"multifactor weights sum to {total} >= priority_floor {priority_floor}: Slurm's own priorities may reach "
+            "the daemon's band; raise priority_floor above them")))
+    gres = conf.get("GresTypes", "")
+    if "gpu" not in [g.strip() for g in gres.split(",")]:
+        out.append(Finding("error", "GresTypes", f"GresTypes={gres or '(null)'} does not include gpu: Slurm knows no GPUs"))
+    select = conf.get("SelectType", "")
+    if select and select != "select/cons_tres":
+        out.append(Finding("warning", "SelectType", f"SelectType={select}: GPU indices per job need select/cons_tres"))
+    if conf.get("TopologyPlugin", "") in ("", "topology/none", "(null)"):
+        out.append(Finding("info", "TopologyPlugin", "no topology plugin: switches come from topology.conf or the cluster file only"))
+    return out

@@ -1,0 +1,71 @@
+"""Where the daemon's ``Topology`` comes from: a cluster TOML the operator names, or Slurm's
+own ``gres.conf`` (GPUs and NVLink islands from ``Links=``) and ``topology.conf`` (switches).
+
+Paths: ``gres_conf`` / ``topology_conf`` from the config, else next to ``slurm.conf``
+(``SLURM_CONF`` as ``scontrol show config`` reports it, else the config's ``slurm_conf``,
+``$SLURM_CONF``, ``/etc/slurm/slurm.conf``). A missing topology.conf is fine (one leaf
+switch); a missing gres.conf is an error that says which path was tried.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from attentived.topology import Topology, load_cluster_file, topology_from_slurm
+
+
+class TopologySourceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TopologySource:
+    kind: str  # "cluster_file" or "slurm"
+    paths: tuple[str, ...]
+    mtimes: tuple[float, ...]
+
+    def changed(self) -> bool:
+        return _mtimes(self.paths) != self.mtimes
+
+
+def slurm_conf_dir(slurm_config: Mapping[str, str] | None, slurm_conf: str = "") -> Path:
+    path = (slurm_config or {}).get("SLURM_CONF") or slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    return Path(path).parent
+
+
+def load_topology(*, cluster_file: str = "", gres_conf: str = "", topology_conf: str = "",
+                  slurm_config: Mapping[str, str] | None = None, slurm_conf: str = "") -> tuple[Topology, TopologySource]:
+    if cluster_file:
+        topo = load_cluster_file(cluster_file)
+        return topo, TopologySource("cluster_file", (cluster_file,), _mtimes((cluster_file,)))
+    base = slurm_conf_dir(slurm_config, slurm_conf)
+    gres_path = Path(gres_conf) if gres_conf else base / "gres.conf"
+    topo_path = Path(topology_conf) if topology_conf else base / "topology.conf"
+    if not gres_path.is_file():
+        raise TopologySourceError(
+            f"{gres_path}: no gres.conf to read GPUs and NVLinks from (set gres_conf or cluster_file in the config)")
+    try:
+        gres_text = gres_path.read_text()
+    except OSError as e:
+        raise TopologySourceError(f"{gres_path}: cannot read: {e}") from None
+    topo_text = None
+    if topo_path.is_file():
+        topo_text = topo_path.read_text()
+    elif topology_conf:
+        raise TopologySourceError(f"{topo_path}: no such topology.conf")
+    topo = topology_from_slurm(gres_text, topo_text, gres_source=str(gres_path), topology_source=str(topo_path))
+    paths = (str(gres_path),) + ((str(topo_path),) if topo_text is not None else ())
+    return topo, TopologySource("slurm", paths, _mtimes(paths))
+
+
+def _mtimes(paths: tuple[str, ...]) -> tuple[float, ...]:
+    out = []
+    for p in paths:
+        try:
+            out.append(os.stat(p).st_mtime)
+        except OSError:
+            out.append(-1.0)
+    return tuple(out)

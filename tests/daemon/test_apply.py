@@ -1,0 +1,245 @@
+"""Plan -> Slurm actions, on the in-memory Slurm (``daemon.testing.FakeBackend``): priorities
+that follow the plan with minimal updates, pins, hold reservations, clean-up, no churn."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from attentived.agents.plan import Hold, Plan, Start
+from attentived.agents.registry import make_policy
+from attentived.daemon.apply import (Action, Settings, assign_priorities, desired_state, execute, hand_back_actions,
+                                     plan_actions)
+from attentived.daemon.backend import SlurmJob, SlurmNode
+from attentived.daemon.snapshot import build_state
+from attentived.daemon.testing import FakeBackend
+from attentived.topology import uniform
+
+TOPO = uniform(4, 8, nodes_per_switch=2)
+NOW = 1_000_000.0
+S = Settings()
+
+
+def running(job_id, user, node, idx, partition="main", limit=None):
+    return SlurmJob(job_id, user=user, partition=partition, state="RUNNING", gpus=len(idx), gpus_per_node=len(idx),
+                    per_node_fixed=True, nodes=(node,), gpu_indices={node: tuple(idx)}, submit_time=NOW - 100,
+                    start_time=NOW - 50, time_limit=limit, priority=1)
+
+
+def pending(job_id, user, gpus, nodes=1, partition="main", t=0.0, **kw):
+    return SlurmJob(job_id, user=user, partition=partition, state="PENDING", reason="Priority", gpus=gpus,
+                    gpus_per_node=gpus // nodes, per_node_fixed=True, num_nodes=nodes, submit_time=NOW - 60 + t,
+                    priority=1, **kw)
+
+
+def cluster(pend=(), run=None):
+    nodes = [SlurmNode(f"node{i}", "IDLE", gpus=8, gpu_type="h100", partitions=("main", "other")) for i in range(1, 5)]
+    run = run if run is not None else [running(str(100 + i), "root", f"node{i}", range(7)) for i in range(1, 5)]
+    return FakeBackend([*run, *pend], nodes, now=NOW)
+
+
+def cycle(fake, policy="fifo+consolidate", settings=S, owned=None, plan=None, partitions=("main",)):
+    snap = fake.snapshot()
+    built = build_state(snap, TOPO, partitions, reservation_prefix=settings.reservation_prefix, owned_pins=owned or {})
+    plan = plan or make_policy(policy).decide(built.state)
+    desired = desired_state(plan, built, settings)
+    actions = plan_actions(desired, built, settings, owned or {})
+    return plan, desired, actions
+
+
+def apply(fake, actions):
+    out = execute(actions, fake)
+    assert all(o.ok for o in out), [(o.action.describe(), o.error) for o in out if not o.ok]
+    return out
+
+
+def prio(fake, job_id):
+    return fake.jobs[job_id].priority
+
+
+def test_hold_becomes_a_reservation_and_priorities_follow_the_plan():
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1), pending("3", "carol", 1, t=2),
+                    pending("9", "carol", 1, partition="other", t=3)])
+    plan, desired, actions = cycle(fake)
+    assert plan.holds and plan.holds[0].job_id == "1" and not plan.starts
+    kinds = [(a.kind, a.job_id or a.reservation) for a in actions]
+    assert ("reservation_create", "1") in kinds
+    create = next(a for a in actions if a.kind == "reservation_create")
+    assert create.reservation == "attentived-1" and create.users == ("alice",) and create.ignore_jobs
+    assert create.nodes == desired.holds["attentived-1"].nodes
+    apply(fake, actions)
+    assert prio(fake, "1") > prio(fake, "2") > prio(fake, "3") >= S.priority_floor
+    assert fake.jobs["1"].reservation == ""  # block mode: not attached
+    assert fake.jobs["9"].priority == 1 and not any("JobId=9" in " ".join(c) for c in fake.calls)  # other partition
+    _p, _d, again = cycle(fake)
+    assert again == []  # no churn
+
+
+def test_attach_mode_attaches_and_ends_the_reservation_once_the_job_runs_inside():
+    attach = dataclasses.replace(S, hold_mode="attach")
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1)])
+    _plan, desired, actions = cycle(fake, settings=attach)
+    apply(fake, actions)
+    node = desired.holds["attentived-1"].nodes[0]
+    assert fake.jobs["1"].reservation == "attentived-1"
+    assert cycle(fake, settings=attach)[2] == []
+    # the blocker on the held node ends and Slurm starts job 1 inside its reservation
+    blocker = next(j for j in fake.jobs.values() if j.active and j.nodes == (node,))
+    fake.finish(blocker.job_id)
+    fake.start("1", {node: [0, 1, 2, 3]})
+    _p, _d, actions = cycle(fake, settings=attach)
+    assert ("reservation_end", "attentived-1") in [(a.kind, a.reservation) for a in actions]
+    apply(fake, actions)
+    assert not any(a.reservation == "attentived-1" for a in cycle(fake, settings=attach)[2])  # ended: wait
+    fake.finish("1")
+    _p, _d, actions = cycle(fake, settings=attach)
+    assert ("reservation_delete", "attentived-1") in [(a.kind, a.reservation) for a in actions]
+    apply(fake, actions)
+    assert "attentived-1" not in fake.reservations
+
+
+def test_held_nodes_freeing_up_turn_the_hold_into_a_pinned_start():
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1), pending("3", "carol", 2, t=2)])
+    _p, desired, actions = cycle(fake)
+    apply(fake, actions)
+    (node,) = desired.holds["attentived-1"].nodes
+    blocker = next(j for j in fake.jobs.values() if j.active and j.nodes == (node,))
+    fake.finish(blocker.job_id)
+    plan, desired, actions = cycle(fake)
+    assert [s.job_id for s in plan.starts][:1] == ["1"] and desired.pins["1"] == (node,)
+    kinds = [(a.kind, a.job_id or a.reservation) for a in actions]
+    assert kinds.index(("reservation_delete", "attentived-1")) < kinds.index(("pin", "1"))
+    apply(fake, actions)
+    assert fake.jobs["1"].required_nodes == (node,) and "attentived-1" not in fake.reservations
+    starts = [s.job_id for s in plan.starts]
+    assert all(prio(fake, a) > prio(fake, b) for a, b in zip(starts, starts[1:]))
+    later = [j for j in desired.order if j not in starts]
+    assert all(prio(fake, s) > prio(fake, o) for s in starts for o in later)
+
+
+def test_pins_the_daemon_set_are_removed_and_user_pins_are_not():
+    fake = cluster([pending("1", "alice", 1), pending("2", "bob", 1, t=1, required_nodes=("node4",))],
+                   run=[running("100", "root", "node1", range(6))])
+    plan, desired, actions = cycle(fake)
+    assert "2" not in desired.pins and "1" in desired.pins  # job 2 keeps the user's pin
+    apply(fake, actions)
+    owned = {"1": fake.jobs["1"].required_nodes}
+    # the plan changes its mind: job 1 no longer starts now -> unpin; job 2 untouched
+    _p, _d, actions = cycle(fake, owned=owned, plan=Plan(order=("2", "1")))
+    assert [(a.kind, a.job_id) for a in actions if a.kind in ("pin", "unpin")] == [("unpin", "1")]
+    apply(fake, actions)
+    assert fake.jobs["1"].required_nodes == () and fake.jobs["2"].required_nodes == ("node4",)
+
+
+def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted():
+    attach = dataclasses.replace(S, hold_mode="attach")
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1)])
+    apply(fake, cycle(fake, settings=attach)[2])
+    assert fake.jobs["1"].reservation == "attentived-1"
+    _p, _d, actions = cycle(fake, settings=attach, plan=Plan(order=("2", "1")))  # no holds now
+    kinds = [(a.kind, a.job_id or a.reservation) for a in actions]
+    assert kinds.index(("detach", "1")) < kinds.index(("reservation_delete", "attentived-1"))
+    apply(fake, actions)
+    assert fake.jobs["1"].reservation == "" and fake.reservations == {}
+
+
+def test_reservation_lease_is_renewed_when_half_is_gone():
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1)])
+    apply(fake, cycle(fake)[2])
+    fake.now = NOW + S.reservation_ttl * 0.6
+    _p, _d, actions = cycle(fake)
+    renew = [a for a in actions if a.kind == "reservation_update"]
+    assert len(renew) == 1 and renew[0].reason == "renew lease"
+    apply(fake, actions)
+    assert fake.reservations["attentived-1"].end_time >= fake.now + S.reservation_ttl - 60
+
+
+def test_backfilled_start_on_held_nodes_shrinks_the_reservation():
+    plan = Plan(order=("1", "2"), starts=(Start("2", (0,)),), holds=(Hold("1", tuple(range(8, 16)) + (1, 2), NOW + 60),))
+    fake = cluster([pending("1", "alice", 10, nodes=1), pending("2", "bob", 1)], run=[])
+    _p, desired, _a = cycle(fake, plan=plan)
+    assert desired.holds["attentived-1"].nodes == ("node2",)  # node1 is backfilled now
+    assert desired.order[:2] == ["2", "1"]
+
+
+def test_failed_actions_do_not_stop_the_rest_and_updates_are_merged():
+    fake = cluster([pending("1", "alice", 1), pending("2", "bob", 1, t=1), pending("3", "carol", 1, t=2)],
+                   run=[running("100", "root", "node1", range(8))])
+    fake.fail[("update", "2")] = "Access/permission denied for job 2"
+    _p, _d, actions = cycle(fake)
+    out = execute(actions, fake)
+    bad = [o for o in out if not o.ok]
+    assert bad and all(o.action.job_id == "2" for o in bad) and "permission" in bad[0].error
+    assert sum(1 for c in fake.calls if "JobId=1" in c) == 1  # pin + priority in one update
+    assert fake.jobs["1"].required_nodes and fake.jobs["3"].priority >= S.priority_floor
+    assert all(o.ok for o in execute([], fake))
+    refused = execute([Action("pin", "5;x", nodes=("node1",))], fake)
+    assert not refused[0].ok and "refused" in refused[0].error
+
+
+def test_dry_run_touches_nothing():
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1)])
+    out = execute(cycle(fake)[2], fake, dry_run=True)
+    assert out and all(o.dry_run for o in out) and fake.calls == []
+
+
+def test_hand_back():
+    attach = dataclasses.replace(S, hold_mode="attach")
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1), pending("3", "carol", 1, t=2)],
+                   run=[running("100", "root", "node1", range(7)), running("101", "root", "node2", range(3))])
+    _p, _d, actions = cycle(fake, settings=attach)
+    apply(fake, actions)
+    owned = {j.job_id: j.required_nodes for j in fake.jobs.values() if j.pending and j.required_nodes}
+    actions, reset = hand_back_actions(fake.snapshot(), attach, ["main"], owned)
+    apply(fake, actions)
+    fake.hold(reset)
+    fake.release(reset)
+    assert fake.reservations == {} or all(any(j.active and j.reservation == r for j in fake.jobs.values())
+                                          for r in fake.reservations)
+    assert all(not S.in_band(j.priority) for j in fake.jobs.values() if j.pending)
+    assert all(not j.required_nodes for j in fake.jobs.values() if j.pending)
+
+
+# ---- priorities --------------------------------------------------------------------------------
+
+def _check(order, current, new, s=S):
+    merged = {**current, **new}
+    vals = [merged[j] for j in order]
+    assert all(a > b for a, b in zip(vals, vals[1:])), vals
+    assert all(s.priority_floor <= v <= s.priority_ceiling for v in vals)
+
+
+def test_priorities_minimal_updates():
+    order = [str(i) for i in range(10)]
+    first = assign_priorities(order, {j: 1 for j in order}, S)
+    _check(order, {}, first)
+    assert assign_priorities(order, first, S) == {}  # in order: nothing to do
+    new = assign_priorities(["x", *order], {**first}, S)
+    assert list(new) == ["x"]  # one new job at the head: one update
+    new = assign_priorities([*order[:5], "y", *order[5:]], first, S)
+    assert list(new) == ["y"]
+    swapped = [order[1], order[0], *order[2:]]
+    assert len(assign_priorities(swapped, first, S)) == 1
+
+
+def test_priorities_renumber_when_no_room():
+    s = Settings(priority_floor=10, priority_ceiling=1010, priority_step=1)
+    cur = {"a": 500, "b": 499}
+    new = assign_priorities(["a", "x", "b"], cur, s)
+    _check(["a", "x", "b"], cur, new, s)
+    assert set(new) >= {"x"}
+    with pytest.raises(ValueError):
+        assign_priorities([str(i) for i in range(2000)], {}, s)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3_000_000_000), min_size=0, max_size=40), st.randoms(use_true_random=False))
+def test_priorities_always_descend_in_band(values, rnd):
+    order = [f"j{i}" for i in range(len(values))]
+    rnd.shuffle(order)
+    current = {f"j{i}": v for i, v in enumerate(values)}
+    new = assign_priorities(order, current, S)
+    _check(order, current, new)
+    assert assign_priorities(order, {**current, **new}, S) == {}

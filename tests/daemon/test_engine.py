@@ -1,0 +1,265 @@
+"""The cycle engine and the service on the in-memory Slurm: idempotence, dry run, journal,
+errors and back-off, policy fallback, placements, READY/WATCHDOG, SIGHUP-style reloads,
+stopping mid-cycle, hand-back, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from attentived.cli import app
+from attentived.daemon import config as C
+from attentived.daemon import log as dlog
+from attentived.daemon.backend import SlurmCommandError, SlurmParseError
+from attentived.daemon.cycle import Engine
+from attentived.daemon.notify import Notifier
+from attentived.daemon.service import Service
+from attentived.daemon.testing import FakeBackend
+
+from .test_apply import NOW, TOPO, cluster, pending
+
+
+def cfg(tmp_path, **kw):
+    base = dict(state_dir=str(tmp_path / "state"), partitions=("main",), interval=0.2, metrics_port=0)
+    base.update(kw)
+    return C.Config(**base)
+
+
+def engine(tmp_path, fake, **kw):
+    return Engine(cfg(tmp_path, **kw), backend=fake, topology=TOPO)
+
+
+def mix():
+    return cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1), pending("3", "carol", 2, t=2),
+                    pending("4", "alice", 1, t=3), pending("9", "carol", 1, partition="other", t=4)])
+
+
+def test_cycle_then_no_churn(tmp_path):
+    fake = mix()
+    e = engine(tmp_path, fake)
+    r1 = e.run_cycle()
+    assert r1.ok and r1.updates > 0 and r1.plan_doc["holds"][0]["reservation"] == "attentived-1"
+    r2 = e.run_cycle()
+    assert r2.ok and r2.updates == 0 and r2.actions == []
+    cycles = e.journal.cycles(5)
+    assert [c["cycle_id"] for c in cycles] == [r2.cycle_id, r1.cycle_id] and cycles[1]["actions"] == r1.updates
+    assert len(e.journal.actions(cycle=r1.cycle_id)) == r1.updates
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert status["last_cycle"]["id"] == r2.cycle_id and status["slurm_reachable"] and status["mode"] == "live"
+    assert e.metrics.queue.value() == 4 and e.metrics.cycles.value(result="ok") == 2
+
+
+def test_dry_run_changes_nothing(tmp_path):
+    fake = mix()
+    before = dict(fake.jobs), dict(fake.reservations)
+    e = engine(tmp_path, fake, dry_run=True)
+    r = e.run_cycle()
+    assert r.ok and r.dry_run and r.actions and r.updates == 0
+    assert fake.calls == [] and (dict(fake.jobs), dict(fake.reservations)) == before
+    assert all(a["dry_run"] == 1 for a in e.journal.actions(cycle=r.cycle_id))
+    assert e.journal.pins() == {}
+
+
+def test_slurm_errors_back_off_and_recover(tmp_path):
+    fake = mix()
+    e = engine(tmp_path, fake, interval=0.05, backoff_max=0.3)
+    fake.snapshot_error = SlurmCommandError(["squeue", "--json"], 1, "slurm_load_jobs error: Unable to contact slurm controller")
+    r = e.run_cycle()
+    assert not r.ok and r.error_kind == "slurm" and "Unable to contact" in r.error
+    r = e.run_cycle()  # second failure: backs off
+    assert r.error_kind == "slurm"
+    assert e.run_cycle().skipped and e.metrics.cycles.value(result="skipped") == 1
+    fake.snapshot_error = SlurmParseError("squeue --json", "output truncated at line 3")
+    time.sleep(0.35)
+    r = e.run_cycle()
+    assert r.error_kind == "parse" and e.metrics.errors.value(kind="parse") == 1
+    fake.snapshot_error = None
+    time.sleep(0.35)
+    r = e.run_cycle()
+    assert r.ok and e.failures == 0 and e.metrics.up.value() == 1
+
+
+def test_failed_action_is_journaled_and_the_rest_applies(tmp_path):
+    fake = mix()
+    fake.fail[("create", "attentived-1")] = "Access/permission denied"
+    e = engine(tmp_path, fake)
+    r = e.run_cycle()
+    assert not r.ok and r.error_kind == "apply" and r.failed == 1
+    assert fake.jobs["1"].priority > fake.jobs["2"].priority > fake.jobs["3"].priority
+    rows = e.journal.actions(cycle=r.cycle_id)
+    assert [a["error"] for a in rows if not a["ok"]] == ["Access/permission denied"]
+    assert e.backoff_until == 0  # an apply error is not a reason to back off
+
+
+def test_policy_fallback_when_the_model_cannot_load(tmp_path):
+    e = Engine(cfg(tmp_path, policy="attentive", model=str(tmp_path / "missing.pt"), fallback_policy="fifo"),
+               backend=mix(), topology=TOPO)
+    assert e.policy_name == "fifo" and e.policy_fallback and e.metrics.errors.value(kind="policy") == 1
+    assert e.run_cycle().ok and e.status()["policy_fallback"]
+
+
+def test_planned_vs_actual_placement_is_recorded(tmp_path):
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 1, t=1)],
+                   run=[])
+    e = engine(tmp_path, fake)
+    r = e.run_cycle()
+    starts = {s["job"]: s for s in r.plan_doc["starts"]}
+    assert set(starts) == {"1", "2"}
+    node = starts["1"]["nodes"][0]
+    fake.start("1", {node: [int(g.split(":")[1]) for g in starts["1"]["gpus"]]})
+    other = 1 if starts["2"]["nodes"][0] != "node1" else 2
+    fake.start("2", {f"node{other + 2}": [7]})  # Slurm put it elsewhere
+    fake.submit(pending("5", "carol", 32, nodes=4, t=5))  # cannot start now: held, not started
+    e.run_cycle()
+    rows = {p["job_id"]: p for p in e.journal.iter_placements()}
+    assert rows["1"]["match"] == "exact" and rows["2"]["match"] == "other_nodes"
+    # a managed job Slurm starts between cycles without a plan: unplanned
+    fake.start("5", {f"node{i}": range(8) for i in range(1, 5)})
+    e.run_cycle()
+    assert {p["job_id"]: p for p in e.journal.iter_placements()}["5"]["match"] == "unplanned"
+    assert e.metrics.placements.value(match="exact") == 1
+
+
+def test_pins_are_owned_through_the_journal(tmp_path):
+    fake = cluster([pending("1", "alice", 1), pending("2", "bob", 1, t=1)], run=[])
+    e = engine(tmp_path, fake)
+    e.run_cycle()
+    assert set(e.journal.pins()) == {"1", "2"}
+    fake.start("1", {"node1": [0]})
+    e.run_cycle()
+    assert set(e.journal.pins()) == {"2"}  # started: forgotten
+    e2 = engine(tmp_path, fake)  # a restarted daemon still knows its pins
+    assert e2.journal.pins() == e.journal.pins()
+
+
+def test_cycle_id_on_every_log_line(tmp_path):
+    buf = io.StringIO()
+    dlog.configure("info", "json", stream=buf)
+    e = engine(tmp_path, mix())
+    r = e.run_cycle()
+    lines = [json.loads(x) for x in buf.getvalue().splitlines()]
+    assert lines and all(ln["cycle_id"] == r.cycle_id for ln in lines)
+    assert any(ln["event"] == "cycle.plan" and ln["holds"] for ln in lines)
+    dlog.configure("warning", "json")
+
+
+def _notify_socket(tmp_path):
+    path = str(tmp_path / "n.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(3)
+    return s, path
+
+
+def _messages(sock):
+    out = []
+    sock.settimeout(0.2)
+    try:
+        while True:
+            out.append(sock.recv(4096).decode())
+    except TimeoutError:
+        return out
+    except socket.timeout:
+        return out
+
+
+def test_service_ready_watchdog_reload_and_stop(tmp_path):
+    sock, path = _notify_socket(tmp_path)
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'interval = 0.2\npartitions = ["main"]\nstate_dir = "{tmp_path / "state"}"\nmetrics_port = 0\n')
+    fake = mix()
+    svc = Service(conf, backend=fake, notifier=Notifier(address=path),
+                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+    svc.tick()
+    msgs = _messages(sock)
+    assert any("READY=1" in m for m in msgs) and "WATCHDOG=1" in msgs
+    svc.tick()
+    assert "WATCHDOG=1" in _messages(sock) and not any("READY=1" in m for m in _messages(sock))
+    # an invalid config is rejected, the old one stays
+    conf.write_text("interval = -1\n")
+    assert svc.reload() is False and svc.config.interval == 0.2
+    conf.write_text(f'interval = 0.3\npartitions = ["main"]\nstate_dir = "{tmp_path / "state"}"\nmetrics_port = 0\n'
+                    'policy = "sjf+consolidate"\n')
+    assert svc.reload() is True and svc.config.interval == 0.3 and svc.engine.policy_name == "sjf+consolidate"
+    assert svc.metrics.errors.value(kind="config") == 1
+    svc._close()
+
+
+class SlowFake(FakeBackend):
+    def __init__(self, *a, delay=0.6, **kw):
+        super().__init__(*a, **kw)
+        self.delay = delay
+        self.in_cycle = threading.Event()
+
+    def snapshot(self):
+        self.in_cycle.set()
+        time.sleep(self.delay)
+        return super().snapshot()
+
+
+def test_stop_finishes_the_running_cycle_then_hands_back(tmp_path):
+    base = mix()
+    fake = SlowFake(base.jobs.values(), base.nodes.values(), now=NOW)
+    c = cfg(tmp_path, interval=5.0, hand_back_on_exit=True, hold_mode="attach")
+    svc = Service(config=c, backend=fake, notifier=Notifier(address=""),
+                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+    rc = {}
+    t = threading.Thread(target=lambda: rc.setdefault("rc", svc.run_forever()))
+    t.start()
+    assert fake.in_cycle.wait(5)
+    svc.stop()  # what SIGTERM does
+    t.join(20)
+    assert not t.is_alive() and rc["rc"] == 0
+    assert svc.engine.last is not None and svc.engine.last.ok  # the cycle that was running completed
+    assert fake.reservations == {} and all(not j.required_nodes for j in fake.jobs.values() if j.pending)
+    assert all(j.priority < C.Config().priority_floor for j in fake.jobs.values() if j.pending)
+    assert any(c[:2] == ("scontrol", "release") for c in fake.calls)
+
+
+def test_run_once_exit_codes(tmp_path):
+    fake = mix()
+    svc = Service(config=cfg(tmp_path), backend=fake, notifier=Notifier(address=""),
+                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+    assert svc.run_once() == 0
+    fake2 = mix()
+    fake2.snapshot_error = SlurmCommandError(["squeue"], 1, "down")
+    svc = Service(config=cfg(tmp_path), backend=fake2, notifier=Notifier(address=""),
+                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+    assert svc.run_once() == 1
+
+
+def test_cli_start_rejects_a_bad_config(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('hold_mode = "grab"\n')
+    res = CliRunner().invoke(app, ["start", "--config", str(bad), "--once"])
+    assert res.exit_code == 2 and "hold_mode: must be one of" in res.output
+    res = CliRunner().invoke(app, ["start", "--config", str(tmp_path / "missing.toml"), "--once"])
+    assert res.exit_code == 2 and "no such config file" in res.output
+
+
+@pytest.mark.parametrize("mode", ["block", "attach"])
+def test_many_cycles_on_a_churning_queue_leave_no_orphans(tmp_path, mode):
+    """The in-memory Slurm starts the pinned jobs and finishes jobs between cycles."""
+    fake = cluster([pending(str(i), ("alice", "bob", "carol")[i % 3], (1, 2, 4, 8)[i % 4], t=i) for i in range(1, 40)])
+    e = engine(tmp_path, fake, hold_mode=mode)
+    for step in range(60):
+        r = e.run_cycle()
+        assert r.ok, r.error
+        for job in list(fake.jobs.values()):  # Slurm starts what is pinned (where pinned)
+            if job.pending and job.required_nodes:
+                planned = next(s for s in r.plan_doc["starts"] if s["job"] == job.job_id)
+                fake.start(job.job_id, {n: [int(g.split(":")[1]) for g in planned["gpus"] if g.startswith(n + ":")]
+                                        for n in planned["nodes"]})
+        running = sorted((j for j in fake.jobs.values() if j.active), key=lambda j: j.start_time or 0)
+        if running and step % 2:
+            fake.finish(running[0].job_id)
+    r = e.run_cycle()
+    live = {j.job_id for j in fake.jobs.values() if j.pending or j.active}
+    assert all(name[len("attentived-"):] in live for name in fake.reservations)
+    assert e.journal.counts()["cycles"] == 61

@@ -1,0 +1,210 @@
+"""Slurm JSON parsers against the recorded 22.05 and 24.11 outputs, hostile strings, and
+malformed / truncated input (fast, no Slurm)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from attentived.daemon.backend import SlurmParseError, SlurmVersion
+from attentived.daemon.slurm_json import (gpu_indices, number, parse_gres, parse_nodes, parse_reservations,
+                                          parse_sinfo, parse_squeue, state_of, tres_gpus)
+
+FIX = Path(__file__).parent / "fixtures"
+R22 = FIX / "slurm-22.05"
+R24 = FIX / "slurm-24.11"
+SCENARIO = json.loads((R22 / "scenario.json").read_text())["jobs"]
+
+
+def _jobs22():
+    return {j.job_id: j for j in parse_squeue((R22 / "squeue.json").read_text()).jobs}
+
+
+def _by_name(name):
+    return _jobs22()[str(SCENARIO[name])]
+
+
+def test_version_from_meta_both_generations():
+    assert parse_squeue((R22 / "squeue.json").read_text()).version == SlurmVersion(22, 5, 8)
+    assert parse_squeue((R24 / "squeue.json").read_text()).version == SlurmVersion(24, 11, 5)
+    assert SlurmVersion.parse("slurm-wlm 22.05.8").has_scontrol_json is False
+    assert SlurmVersion.parse("slurm 24.11.5").has_scontrol_json is True
+    assert SlurmVersion.parse("23.02.0").has_scontrol_json is True
+    with pytest.raises(SlurmParseError):
+        SlurmVersion.parse("no version here")
+
+
+def test_22_05_job_mix():
+    run_a, run_b, run_c = _by_name("run_a"), _by_name("run_b"), _by_name("run_c")
+    assert (run_a.user, run_a.state, run_a.gpus, run_a.nodes) == ("alice", "RUNNING", 4, ("node1",))
+    assert dict(run_a.gpu_indices) == {"node1": (0, 1, 2, 3)}
+    assert run_b.gpus == 16 and run_b.gpus_per_node == 8 and run_b.num_nodes == 2 and run_b.per_node_fixed
+    assert dict(run_b.gpu_indices) == {"node3": tuple(range(8)), "node4": tuple(range(8))}
+    assert run_c.partition == "other" and dict(run_c.gpu_indices) == {"node1": (4, 5)}
+    pend_a, pend_b = _by_name("pend_a"), _by_name("pend_b")
+    assert pend_a.pending and pend_a.eligible and pend_a.gpus == 8 and pend_a.num_nodes == 1
+    assert pend_b.priority == 5000 and pend_b.eligible
+    assert _by_name("held").held and not _by_name("held").eligible
+    assert _by_name("admin_held").held and _by_name("admin_held").reason == "JobHeldAdmin"
+    pinned = _by_name("pinned")
+    assert pinned.required_nodes == ("node4",) and pinned.excluded_nodes == ("node1",)
+    multi = _by_name("multi")
+    assert multi.gpus == 16 and multi.num_nodes == 2 and multi.gpus_per_node == 8
+    done_b = _by_name("done_b")
+    assert done_b.finished and done_b.gpus == 2 and done_b.start_time and done_b.end_time
+    assert _by_name("failed").state == "FAILED" and _by_name("cancelled").state == "CANCELLED"
+    assert _by_name("warmup").time_limit is None  # UNLIMITED
+
+
+def test_24_11_wrapped_numbers_and_list_states():
+    jobs = {j.job_id: j for j in parse_squeue((R24 / "squeue.json").read_text()).jobs}
+    run, pend = jobs["9"], jobs["10"]
+    assert run.state == "RUNNING" and run.gpus == 3 and dict(run.gpu_indices) == {"node2": (0, 1, 2)}
+    assert run.start_time == 1795987890.0 and run.time_limit is None and run.priority == 1
+    assert pend.state == "PENDING" and pend.gpus == 32 and pend.num_nodes == 4 and not pend.held
+    one = parse_squeue((R24 / "scontrol-show-job.json").read_text(), source="scontrol show job --json").jobs
+    assert [(j.job_id, j.name, j.state, j.priority, j.gpus) for j in one] == [("4", "A", "COMPLETED", 100, 32)]
+
+
+def test_nodes_22_05_sinfo_and_24_11_scontrol():
+    n22 = {n.name: n for n in parse_sinfo((R22 / "sinfo.json").read_text())}
+    assert n22["node1"].used_indices == (0, 1, 2, 3, 4, 5) and n22["node1"].gpus == 8 and n22["node1"].usable
+    assert n22["node2"].flags == ("DRAIN",) and not n22["node2"].usable and n22["node2"].reason == "lab: bad gpu"
+    assert n22["node3"].gpus_used == 8 and n22["node1"].features == ("rack1", "sw1")
+    assert n22["node1"].partitions == ("main", "other") and n22["node1"].gpu_type == "h100"
+    n24 = {n.name: n for n in parse_nodes((R24 / "scontrol-show-nodes.json").read_text())}
+    assert n24["node2"].state == "MIXED" and n24["node2"].used_indices == (0, 1, 2) and n24["node1"].state == "IDLE"
+    assert n24["node4"].features == ("rack2", "sw2")
+    with pytest.raises(SlurmParseError, match="grouped sinfo"):
+        parse_sinfo((R24 / "sinfo.json").read_text())
+
+
+def test_reservations_json():
+    (r,) = parse_reservations((R24 / "scontrol-show-reservation.json").read_text())
+    assert r.name == "r1" and r.nodes == ("node3",) and r.users == ("root",)
+    assert r.active(r.start_time + 1) and not r.active(r.end_time + 1)
+    assert parse_reservations('{"reservations": []}') == ()
+
+
+def test_small_parsers():
+    assert parse_gres("gpu:h100:8(S:0-1)") == [("gpu", "h100", 8, None)]
+    assert parse_gres("gpu:h100:3(IDX:0-2),shard:2") == [("gpu", "h100", 3, (0, 1, 2)), ("shard", "", 2, None)]
+    assert gpu_indices("gpu:a100:2(IDX:0,3),gpu:v100:1(IDX:5)") == ((0, 3, 5), 3)
+    assert gpu_indices("gpu:h100:0(IDX:N/A)") == ((), 0)
+    assert gpu_indices("gpu:2") == (None, 2)
+    assert tres_gpus("gres:gpu:3") == 3 and tres_gpus("gres/gpu:3") == 3 and tres_gpus("gres/gpu:h100:2") == 2
+    assert tres_gpus("gres/gpu=4") == 4 and tres_gpus("gres:shard:2") == 0 and tres_gpus("") == 0
+    assert number({"set": True, "infinite": False, "number": 7}) == 7
+    assert number({"set": False, "infinite": True, "number": 0}) is None and number(None) is None
+    assert number(4294967294) is None
+    assert state_of("idle", ["DRAIN"]) == ("IDLE", ("DRAIN",))
+    assert state_of(["MIXED", "DRAIN"]) == ("MIXED", ("DRAIN",))
+    assert state_of("idle+drain") == ("IDLE", ("DRAIN",))
+    with pytest.raises(ValueError):
+        parse_gres("gpu:h100:3(IDX:5-2)")
+
+
+HOSTILE = [
+    'quote " and \' and `back`', "semi; rm -rf / ;", "$(reboot) `id` ${HOME}", "new\nline\r\nand\ttab",
+    "JobState=COMPLETED Priority=99999 JobId=1", "ünïcödé 名前 🚀", "\x00nul\x1bESC", "a" * 5000, "",
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_strings_come_back_verbatim(hostile):
+    data = json.loads((R22 / "squeue.json").read_text())
+    for job in data["jobs"]:
+        job["name"] = hostile
+        job["comment"] = hostile
+        job["account"] = hostile
+        job["admin_comment"] = hostile
+    jobs = parse_squeue(json.dumps(data)).jobs
+    assert all(j.name == hostile and j.comment == hostile and j.account == hostile for j in jobs)
+    assert [j.state for j in jobs] == [j.state for j in _jobs22().values()]
+    # Slurm has printed raw control characters inside strings: still parsed (strict=False)
+    raw = json.dumps(data, ensure_ascii=False).replace("\\n", "\n").replace("\\t", "\t")
+    if "\\u0000" not in raw:
+        assert {j.state for j in parse_squeue(raw).jobs} == {j.state for j in jobs}
+
+
+def test_hostile_user_and_partition_values_stay_data():
+    data = json.loads((R22 / "squeue.json").read_text())
+    data["jobs"][0]["user_name"] = "bob; scancel -u alice"
+    data["jobs"][0]["partition"] = "main,$(x)"
+    job = parse_squeue(json.dumps(data)).jobs[0]
+    assert job.user == "bob; scancel -u alice" and job.partition == "main,$(x)"
+
+
+@pytest.mark.parametrize("text,match", [
+    ("", "empty output"),
+    ("   \n", "empty output"),
+    ('{"jobs": [', "truncated"),
+    ('{"jobs": [{"job_id": 1, "job_state": "RUNNING"', "truncated"),
+    ("<html>proxy error</html>", "malformed JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"meta": {}}', "no 'jobs' list"),
+    ('{"jobs": {"a": 1}}', "no 'jobs' list"),
+    ('{"jobs": [5]}', "job #0: expected an object"),
+    ('{"jobs": [{"name": "x"}]}', "no job_id"),
+    ('{"jobs": [{"job_id": "abc", "job_state": "RUNNING"}]}', "job_id"),
+    ('{"jobs": [{"job_id": 3, "job_state": 7}]}', "job_state"),
+    ('{"jobs": [{"job_id": 3, "job_state": []}]}', "job_state"),
+    ('{"jobs": [{"job_id": 3, "job_state": "PENDING", "priority": true}]}', "priority"),
+    ('{"jobs": [{"job_id": 3, "job_state": "PENDING", "priority": {"set": true}}]}', "priority"),
+    ('{"jobs": [{"job_id": 3, "job_state": "RUNNING", "nodes": "node[1-", "gres_detail": []}]}', "bad host list"),
+    ('{"jobs": [{"job_id": 3, "job_state": "RUNNING", "nodes": "n1", "gres_detail": ["gpu:1(IDX:0)", "gpu:1(IDX:1)"]}]}', "gres_detail has 2"),
+    ('{"jobs": [{"job_id": 3, "job_state": "RUNNING", "nodes": "n1", "gres_detail": ["gpu:h:1(IDX:x)"]}]}', "gres_detail"),
+    ('{"jobs": [{"job_id": 3, "job_state": "RUNNING", "name": ["x"]}]}', "name"),
+])
+def test_malformed_squeue_gives_clear_parse_error(text, match):
+    with pytest.raises(SlurmParseError, match=match) as info:
+        parse_squeue(text)
+    assert str(info.value).startswith("squeue --json")
+
+
+def test_malformed_nodes_and_reservations():
+    with pytest.raises(SlurmParseError, match="no 'nodes' list"):
+        parse_nodes('{"meta": {}}')
+    with pytest.raises(SlurmParseError, match="node #0: no name"):
+        parse_nodes('{"nodes": [{"state": "idle"}]}')
+    with pytest.raises(SlurmParseError, match="node n1"):
+        parse_nodes('{"nodes": [{"name": "n1", "state": "idle", "gres": "gpu:h100:8(IDX:9-1)"}]}')
+    with pytest.raises(SlurmParseError, match="not a list"):
+        parse_reservations('{"reservations": {}}')
+
+
+_FIXTURE_TEXTS = [(R22 / "squeue.json").read_text(), (R24 / "squeue.json").read_text()]
+
+
+@settings(max_examples=150, deadline=None)
+@given(which=st.integers(0, 1), cut=st.floats(0, 1), flip=st.integers(0, 10**6), ch=st.characters())
+def test_fuzzed_squeue_gives_a_result_or_a_parse_error(which, cut, flip, ch):
+    text = _FIXTURE_TEXTS[which]
+    text = text[: int(len(text) * cut)]
+    if text:
+        pos = flip % len(text)
+        text = text[:pos] + ch + text[pos + 1 :]
+    try:
+        parse_squeue(text)
+    except SlurmParseError:
+        pass
+
+
+_JOB_KEYS = sorted(json.loads((R24 / "squeue.json").read_text())["jobs"][0])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(_JOB_KEYS),
+       st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20) | st.floats(allow_nan=False),
+                    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids, max_size=4),
+                    max_leaves=20))
+def test_any_value_in_any_job_field_is_handled(key, value):
+    data = json.loads((R24 / "squeue.json").read_text())
+    data["jobs"][0][key] = value
+    try:
+        parse_squeue(json.dumps(data))
+    except SlurmParseError:
+        pass

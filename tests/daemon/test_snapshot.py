@@ -1,0 +1,101 @@
+"""Slurm snapshot -> ClusterState (recorded 22.05 mix), and the topology from Slurm's files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attentived.daemon.backend import Snapshot, SlurmJob, SlurmNode, SlurmVersion
+from attentived.daemon.lab import Lab
+from attentived.daemon.scontrol_text import parse_reservations
+from attentived.daemon.slurm_json import parse_sinfo, parse_squeue
+from attentived.daemon.snapshot import build_state, in_partitions, job_model
+from attentived.daemon.topology_source import TopologySourceError, load_topology, slurm_conf_dir
+from attentived.topology import Link, uniform
+
+R22 = Path(__file__).parent / "fixtures" / "slurm-22.05"
+TOPO = uniform(4, 8, nodes_per_switch=2)
+
+
+def snapshot22() -> Snapshot:
+    sq = parse_squeue((R22 / "squeue.json").read_text())
+    resv = parse_reservations((R22 / "scontrol-show-reservation.txt").read_text())
+    now = min(r.start_time for r in resv) + 10  # alice_now active, maint_later not yet
+    return Snapshot(sq.version, now, sq.jobs, parse_sinfo((R22 / "sinfo.json").read_text()), resv)
+
+
+def test_recorded_mix_to_cluster_state():
+    built = build_state(snapshot22(), TOPO, ["main"])
+    st = built.state
+    assert {p.job_id for p in st.pending} == {"8", "9", "12", "13"}  # pend_a, pend_b, pinned, multi
+    assert built.counts["ineligible"] == 2  # held, admin_held
+    assert built.constrained == {"12"}  # its own ReqNodeList/ExcNodeList
+    multi = next(p for p in st.pending if p.job_id == "13")
+    assert multi.num_gpus == 16 and multi.num_nodes == 2
+    running = {r.job_id: r for r in st.running}
+    assert set(running) == {"5", "6", "7"}  # run_c (partition other) holds GPUs too
+    assert [TOPO.gpu_name(g) for g in running["7"].gpus] == ["node1:4", "node1:5"]
+    assert len(running["6"].gpus) == 16
+    # node1: alice_now reservation (not ours); node2 drained; node3/4 full
+    assert st.num_free == 0
+    assert built.node_reasons["node2"] == "IDLE+DRAIN" and built.node_reasons["node1"] == "reservation alice_now"
+    assert st.users["alice"].jobs == 1 and st.users["bob"].jobs == 1 and st.users["carol"].jobs == 1
+    assert st.users["bob"].gpu_seconds >= 0
+
+
+def test_free_mask_excludes_used_down_and_unmanaged():
+    snap = snapshot22()
+    snap = Snapshot(snap.version, snap.taken_at, snap.jobs, snap.nodes, ())  # no reservations
+    built = build_state(snap, TOPO, ["main"])
+    free = {TOPO.gpu_name(g) for g in np.flatnonzero(built.state.free)}
+    assert free == {"node1:6", "node1:7"}
+    assert build_state(snap, TOPO, ["nothere"]).state.num_free == 0
+
+
+def test_own_reservations_count_as_free_and_others_do_not():
+    nodes = tuple(SlurmNode(f"node{i}", "IDLE", gpus=8, partitions=("main",)) for i in range(1, 5))
+    from attentived.daemon.backend import SlurmReservation
+    resv = (SlurmReservation("attentived-9", ("node1",), ("bob",), start_time=0, end_time=1e12),
+            SlurmReservation("maint", ("node2",), ("root",), start_time=0, end_time=1e12),
+            SlurmReservation("later", ("node3",), ("root",), start_time=5e11, end_time=1e12))
+    snap = Snapshot(SlurmVersion(24, 11, 5), 1000.0, (), nodes, resv)
+    built = build_state(snap, TOPO, ["main"])
+    assert built.state.num_free == 24 and "attentived-9" in built.own_reservations
+    assert built.node_reasons == {"node2": "reservation maint"}
+
+
+def test_partitions_and_models():
+    j = SlurmJob("1", partition="main,other")
+    assert not in_partitions(j, ["main"]) and in_partitions(j, ["main", "other"])
+    assert job_model(SlurmJob("1", name="wrap", comment="model=resnet50 epochs=3")) == "resnet50"
+    assert job_model(SlurmJob("1", name="bert-large")) == "bert-large"
+    assert job_model(SlurmJob("1", name="weird; name")) is None
+
+
+def test_missing_indices_are_guessed_with_a_warning():
+    nodes = (SlurmNode("node1", "MIXED", gpus=8, gpus_used=2, partitions=("main",)),)
+    job = SlurmJob("3", user="a", state="RUNNING", gpus=2, gpus_per_node=2, per_node_fixed=True, nodes=("node1",),
+                   start_time=1.0, submit_time=1.0, partition="main")
+    built = build_state(Snapshot(SlurmVersion(22, 5), 10.0, (job,), nodes), TOPO, ["main"])
+    assert len(built.running_gpus["3"]) == 2 and any("no GPU indices" in w for w in built.warnings)
+
+
+def test_topology_from_the_labs_slurm_files(tmp_path):
+    etc = Lab(run_dir=tmp_path / "lab").render()
+    topo, src = load_topology(slurm_config={"SLURM_CONF": str(etc / "slurm.conf")})
+    assert [n.name for n in topo.nodes] == ["node1", "node2", "node3", "node4"] and topo.num_gpus == 32
+    assert topo.nodes[0].islands == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert topo.link(topo.gpu_id("node1", 0), topo.gpu_id("node2", 0)) == Link.NETWORK
+    assert topo.link(topo.gpu_id("node1", 0), topo.gpu_id("node3", 0)) == Link.SPINE
+    assert src.kind == "slurm" and not src.changed()
+    topo2, _ = load_topology(gres_conf=str(etc / "gres.conf"))  # no topology.conf: one leaf switch
+    assert len(topo2.switch_names) == 1
+    assert slurm_conf_dir({"SLURM_CONF": "/x/y/slurm.conf"}) == Path("/x/y")
+    with pytest.raises(TopologySourceError, match="no gres.conf"):
+        load_topology(gres_conf=str(tmp_path / "missing.conf"))
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text('[[nodes]]\nnames = "gpu[1-2]"\ngpus = 4\n')
+    topo3, src3 = load_topology(cluster_file=str(cluster))
+    assert src3.kind == "cluster_file" and topo3.num_gpus == 8
