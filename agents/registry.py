@@ -50,16 +50,27 @@ PRESETS: dict[str, Preset] = {
     "fifo+random": Preset("fifo", "random", False, "FIFO with random GPUs: the placement floor"),
 }
 
-#: What ``--policy all`` runs: every preset (the oracle is an upper bound, never "all").
-ALL = tuple(PRESETS)
+#: Learned policies: loaded from a model file (``--model``; default the shipped one).
+LEARNED: dict[str, str] = {
+    "attentive": "dual attention agents (job agent + topology-aware GPU agent), PPO-trained; the shipped model by default",
+}
+
+#: What ``--policy all`` runs: every preset and the shipped agent (the oracle is an upper
+#: bound, never "all").
+ALL = tuple(PRESETS) + tuple(LEARNED)
 
 
 class UnknownPolicy(ValueError):
     pass
 
 
-def make_policy(spec: str, seed: int = 0) -> Policy:
-    """Build a policy from its name; ``UnknownPolicy`` lists what exists."""
+def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
+    """Build a policy from its name; ``UnknownPolicy`` lists what exists. ``model`` is the
+    model file of a learned policy (``None``: the shipped one)."""
+    if spec == "attentive":
+        from .attentive import load_attentive  # torch is imported only when asked for
+
+        return load_attentive(model, seed=seed)
     if spec in PRESETS:
         p = PRESETS[spec]
         return Scheduler(ORDERS[p.order](), PLACERS[p.placer](seed), p.backfill, name=spec)
@@ -71,7 +82,8 @@ def make_policy(spec: str, seed: int = 0) -> Policy:
         parts.append("first-fit")
     if len(parts) != 2 or parts[0] not in ORDERS or parts[1] not in PLACERS:
         raise UnknownPolicy(
-            f"unknown policy {spec!r}: use a preset ({', '.join(PRESETS)}) or ORDER+PLACER[+backfill] "
+            f"unknown policy {spec!r}: use a preset ({', '.join(PRESETS)}), a learned policy "
+            f"({', '.join(LEARNED)}) or ORDER+PLACER[+backfill] "
             f"with ORDER in {', '.join(ORDERS)} and PLACER in {', '.join(PLACERS)}"
         )
     return Scheduler(ORDERS[parts[0]](), PLACERS[parts[1]](seed), backfill, name=spec)

@@ -29,12 +29,18 @@ def _console() -> Console:
 
 
 def comparison_table(rep: Replay, console: Console | None = None) -> None:
-    console = console or _console()
     topo = rep.topology
-    table = Table(
-        title=f"{rep.trace.name}: {len(rep.trace.jobs)} jobs on {len(topo.nodes)} nodes / {topo.num_gpus} GPUs (seed {rep.seed})",
-        title_justify="left",
+    summary_table(
+        f"{rep.trace.name}: {len(rep.trace.jobs)} jobs on {len(topo.nodes)} nodes / {topo.num_gpus} GPUs (seed {rep.seed})",
+        {name: run.summary for name, run in rep.runs.items()},
+        console,
     )
+
+
+def summary_table(title: str, summaries: Mapping[str, Mapping[str, float]], console: Console | None = None) -> None:
+    """One row per policy from ``simulator.metrics.summarize`` dicts (or their means)."""
+    console = console or _console()
+    table = Table(title=title, title_justify="left")
     cols = (
         ("policy", None),
         ("avg JCT", "avg_jct"),
@@ -49,10 +55,9 @@ def comparison_table(rep: Replay, console: Console | None = None) -> None:
     )
     for title, _ in cols:
         table.add_column(title, justify="left" if title == "policy" else "right")
-    best = {k: min(r.summary[k] for r in rep.runs.values()) for _, k in cols if k in ("avg_jct", "p99_jct", "avg_wait", "comm_cost")}
-    best_jain = max(r.summary["jain_fairness"] for r in rep.runs.values())
-    for name, run in rep.runs.items():
-        s = run.summary
+    best = {k: min(s[k] for s in summaries.values()) for _, k in cols if k in ("avg_jct", "p99_jct", "avg_wait", "comm_cost")}
+    best_jain = max(s["jain_fairness"] for s in summaries.values())
+    for name, s in summaries.items():
         cells = [name]
         for _, k in cols[1:]:
             v = s[k]
@@ -94,13 +99,19 @@ def progress_bars(jobs: int) -> Iterator[Callable[[str], Callable[[int], None] |
         yield on_policy
 
 
-def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, console: Console | None = None) -> None:
+def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, learned: Mapping, console: Console | None = None) -> None:
     console = console or _console()
     t = Table(title="presets (`--policy NAME`; `--policy all` runs these)", title_justify="left")
     for c in ("name", "order", "placement", "backfill", "what"):
         t.add_column(c)
     for name, p in presets.items():
         t.add_row(name, p.order, p.placer, "yes" if p.backfill else "no", p.summary)
+    console.print(t)
+    t = Table(title="learned policies (`--policy NAME [--model FILE]`)", title_justify="left")
+    t.add_column("name")
+    t.add_column("what")
+    for name, summary in learned.items():
+        t.add_row(name, summary)
     console.print(t)
     for title, reg, probe in (("job orders", orders, lambda f: f()), ("placers", placers, lambda f: f(0))):
         t = Table(title=f"{title} (compose as ORDER+PLACER[+backfill])", title_justify="left")

@@ -1,0 +1,487 @@
+"""State to tensors: what the attentive agents see, as fixed-width arrays plus masks.
+
+Everything here is computed from a `ClusterState` alone (what Slurm shows live): requested
+GPUs, waiting times, time limits, the users' finished-job history, running jobs' time
+limits and the topology. True durations are never read. The arrays are numpy (the Gymnasium
+environment returns them as they are); the networks turn them into tensors.
+
+Two views, one per agent:
+
+* `JobView` for the job agent: one row per pending job in a *window* of the queue, two
+  cluster-summary rows (the cluster now, and what running jobs' time limits say about the
+  next day), and the action mask over ``window`` job slots plus one WAIT slot.
+* `GpuView` for the GPU agent, once a job is chosen: one row per node (the GPU tokens are
+  nodes, so a 1,024-GPU cluster is 128 tokens, not 1,024) and one row per *candidate
+  placement*: topology-valid GPU sets produced by the heuristic placers and by best-fit at
+  the node, switch and release-time level (see `candidates`). The agent scores candidates;
+  it never composes GPU sets itself, so every action is a legal placement by construction.
+
+The queue window: with hundreds of pending jobs, encoding all of them would make attention
+quadratic in the queue. The window keeps the ``window // 2`` longest-waiting jobs (so no job
+starves out of sight and the agent sees whom fairness demands) and fills the rest with the
+jobs that can start now, smallest estimated GPU-time first, then the remaining oldest. If
+any pending job can start, a job that can start is in the window.
+
+Scaling: times are ``log1p(seconds / 60) / 10`` (one minute to months map into [0, 1.4]),
+counts are fractions of the cluster or ``log2`` of sizes, so the same weights serve a
+2-node test cluster and a 128-node production one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from attentived.simulator.speed import SpeedModel
+from attentived.topology import Link, Topology
+
+from .order import estimated_runtime, estimated_runtimes
+from .placement import Consolidate, FirstFit, LoadBalance, free_counts
+from .state import ClusterState, PendingJob
+
+JOB_FEATURES = 20
+SUMMARY_TOKENS = 2
+SUMMARY_FEATURES = 12
+NODE_FEATURES = 10
+GENERATORS = ("consolidate", "first-fit", "load-balance", "best-fit-node", "best-fit-switch", "release-aligned")
+"""Where candidate placements come from, in the order they are tried (duplicates merge)."""
+CANDIDATE_FEATURES = 10 + len(GENERATORS)
+
+DEFAULT_WINDOW = 64
+MAX_CANDIDATES = len(GENERATORS)
+
+_NEVER = 30 * 86_400.0  # "time until free" of a GPU on a node that is down or drained
+_HORIZONS = (900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86_400.0)
+
+
+def log_time(seconds: float | np.ndarray) -> np.ndarray | float:
+    """Seconds to the agents' time scale: ``log1p(s / 60) / 10`` (1 min 0.07, 1 day 0.73)."""
+    return np.log1p(np.maximum(seconds, 0.0) / 60.0) / 10.0
+
+
+@dataclass(frozen=True)
+class Context:
+    """Per-state arrays both views need, computed once per state."""
+
+    state: ClusterState
+    island_free: np.ndarray  # free GPUs per island
+    node_free: np.ndarray  # free GPUs per node
+    until_free: np.ndarray  # per GPU: seconds until expected free (0 if free, _NEVER if down)
+    feasible: np.ndarray  # per pending job: can start now
+    estimate: np.ndarray  # per pending job: `estimated_runtime` (inf without a limit)
+
+    @classmethod
+    def of(cls, state: ClusterState) -> Context:
+        topo = state.topology
+        island_free, node_free = free_counts(topo, state.free)
+        until = np.where(state.free, 0.0, _NEVER)
+        for r in state.running:
+            until[list(r.gpus)] = r.expected_end(state.now) - state.now
+        feasible = state.queue.gpus <= state.num_free
+        for i, j in enumerate(state.pending):
+            if j.num_nodes is not None:
+                feasible[i] = fits(j, state.num_free, node_free)
+        return cls(state, island_free, node_free, until, feasible, estimated_runtimes(state))
+
+
+def fits(job: PendingJob, num_free: int, node_free: np.ndarray) -> bool:
+    """Whether some placement of ``job`` exists on the free GPUs (every placer finds one then)."""
+    if job.num_gpus > num_free:
+        return False
+    if job.num_nodes is None:
+        return True
+    return int((node_free >= job.num_gpus // job.num_nodes).sum()) >= job.num_nodes
+
+
+# ---- the job agent's view ----
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The job agent's input. ``index[i]`` is the pending-queue index of slot ``i`` (-1 pads)."""
+
+    jobs: np.ndarray  # [W, JOB_FEATURES] float32
+    summary: np.ndarray  # [SUMMARY_TOKENS, SUMMARY_FEATURES] float32
+    valid: np.ndarray  # [W] bool: the slot holds a job
+    feasible: np.ndarray  # [W] bool: that job can start now
+    index: np.ndarray  # [W] int64
+    wait_allowed: bool
+
+    @property
+    def action_mask(self) -> np.ndarray:
+        """[W + 1] bool: the feasible jobs, then WAIT."""
+        return np.append(self.feasible, self.wait_allowed)
+
+
+def wait_allowed(ctx: Context) -> bool:
+    """WAIT needs something running (otherwise nothing would ever free a GPU and the
+    simulation would stall); it is also the only action when no job can start."""
+    return bool(ctx.state.running) or not ctx.feasible.any()
+
+
+def select_window(ctx: Context, window: int, include: int | None = None) -> np.ndarray:
+    """Pending-queue indices shown to the job agent (see the module docstring), oldest
+    first. ``include`` (a queue index) is forced in, in place of the last job picked."""
+    q = ctx.state.queue
+    n = len(q.seq)
+    if n <= window:
+        return np.argsort(q.seq, kind="stable")
+    by_age = np.argsort(q.seq, kind="stable")  # arrival order: submit time, then job id
+    oldest = by_age[: window // 2]
+    taken = np.zeros(n, bool)
+    taken[oldest] = True
+    gpu_time = q.gpus * ctx.estimate
+    startable = np.flatnonzero(ctx.feasible & ~taken)
+    startable = startable[np.lexsort((q.seq[startable], gpu_time[startable]))][: window - len(oldest)]
+    taken[startable] = True
+    rest = by_age[~taken[by_age]][: window - len(oldest) - len(startable)]
+    picked = np.concatenate([oldest, startable, rest])
+    if include is not None and include not in picked:
+        picked[-1] = include
+    return picked[np.argsort(q.seq[picked], kind="stable")]
+
+
+class FeatureEncoder:
+    """Builds `JobView` s and `GpuView` s. Keeps one `SpeedModel` per topology, since the
+    communication sensitivity of a job and the cost of a candidate come from its profile."""
+
+    def __init__(self, window: int = DEFAULT_WINDOW, max_candidates: int = MAX_CANDIDATES) -> None:
+        if window < 1 or max_candidates < 1:
+            raise ValueError("window and max_candidates must be positive")
+        self.window = window
+        self.max_candidates = max_candidates
+        self._speed: dict[int, tuple[SpeedModel, str]] = {}
+
+    def speed(self, topo: Topology) -> SpeedModel:
+        return self._speed_and_default(topo)[0]
+
+    def _speed_and_default(self, topo: Topology) -> tuple[SpeedModel, str]:
+        """The topology's speed model and the profile with the median communication/compute
+        ratio, the stand-in for jobs that declare no model the speed model knows."""
+        cached = self._speed.get(id(topo))
+        if cached is None or cached[0].topology is not topo:
+            speed = SpeedModel(topo)
+            items = sorted(speed.profiles.items(), key=lambda kv: (kv[1].grad_gbytes / kv[1].compute_s, kv[0]))
+            cached = self._speed[id(topo)] = (speed, items[len(items) // 2][0])
+        return cached
+
+    def profile_name(self, job: PendingJob, topo: Topology) -> str:
+        """The speed profile of ``job``: its declared model, else the median-ratio stand-in."""
+        speed, default = self._speed_and_default(topo)
+        return job.model if job.model in speed.profiles else default
+
+    def comm_ratio(self, job: PendingJob, topo: Topology) -> float:
+        """Communication sensitivity: seconds of all-reduce over the network per second of
+        compute, per step (``grad_gbytes / network GB/s / compute_s``)."""
+        p = self.speed(topo).profiles[self.profile_name(job, topo)]
+        return p.grad_gbytes / topo.bandwidths.network / p.compute_s
+
+    # ---- jobs ----
+
+    def jobs(self, ctx: Context, include: int | None = None) -> JobView:
+        """The job agent's view; ``include`` forces that pending-queue index into the window."""
+        W = self.window
+        idx = select_window(ctx, W, include)
+        k = len(idx)
+        jobs = np.zeros((W, JOB_FEATURES), np.float32)
+        valid = np.zeros(W, bool)
+        feasible = np.zeros(W, bool)
+        index = np.full(W, -1, np.int64)
+        valid[:k] = True
+        index[:k] = idx
+        feasible[:k] = ctx.feasible[idx]
+        if k:
+            jobs[:k] = self._job_rows(ctx, idx)
+        return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx))
+
+    def _job_rows(self, ctx: Context, idx: np.ndarray) -> np.ndarray:
+        """Feature rows of the pending jobs ``idx`` (queue indices), in that order."""
+        state, topo = ctx.state, ctx.state.topology
+        now, total = state.now, topo.num_gpus
+        window = [state.pending[i] for i in idx]
+        feasible = ctx.feasible[idx]
+        q = state.queue
+        k = len(window)
+        gpus = q.gpus[idx].astype(float)
+        wait = np.maximum(now - q.submit[idx], 0.0)
+        est = ctx.estimate[idx]
+        has_limit = np.isfinite(est)
+        est_f = np.where(has_limit, est, 0.0)
+        served = state.attained_service
+        total_served = sum(served.values()) or 1.0
+        pending_by_user = np.bincount(q.user, minlength=len(q.users))[q.user[idx]]
+        users = [state.user(j.user) for j in window]
+        accuracy = [u.limit_accuracy for u in users]
+        # When could each job start, if running jobs end at their limits (ignoring shape)?
+        releases = np.sort(ctx.until_free[~state.free])
+        capacity = state.num_free + np.arange(1, len(releases) + 1)  # free after each release
+        at = np.searchsorted(capacity, gpus)
+        start_in = np.where(gpus <= state.num_free, 0.0, np.append(releases, _NEVER)[at])
+        max_island, max_node = int(ctx.island_free.max()), int(ctx.node_free.max())
+        mean_wait = wait.mean() or 1.0
+        log_est = np.log1p(est_f / 60.0)
+        median_est = float(np.median(log_est[has_limit])) if has_limit.any() else 0.0
+        rows = np.zeros((k, JOB_FEATURES), np.float32)
+        rows[:, 0] = np.log2(gpus) / 6.0
+        rows[:, 1] = np.minimum(gpus / max(state.num_free, 1), 2.0)
+        rows[:, 2] = gpus / total
+        rows[:, 3] = log_time(wait)
+        rows[:, 4] = has_limit
+        rows[:, 5] = log_time(est_f)
+        rows[:, 6] = np.log1p(gpus * est_f / 60.0) / 12.0
+        rows[:, 7] = [served.get(j.user, 0.0) / total_served for j in window]
+        rows[:, 8] = [log_time(u.mean_wait) for u in users]
+        rows[:, 9] = pending_by_user / len(state.pending)
+        rows[:, 10] = [1.0 if a is None else a for a in accuracy]
+        rows[:, 11] = [a is not None for a in accuracy]
+        rows[:, 12] = [math.log1p(self.comm_ratio(j, topo)) if j.num_gpus > 1 else 0.0 for j in window]
+        rows[:, 13] = feasible
+        rows[:, 14] = [j.num_nodes is not None for j in window]
+        rows[:, 15] = np.where(gpus <= max_island, 1.0, np.where(gpus <= max_node, 0.5, 0.0))
+        rows[:, 16] = log_time(start_in)
+        rows[:, 17] = np.where(has_limit, (log_est - median_est) / 5.0, 1.0)
+        rows[:, 18] = wait / mean_wait / 4.0
+        rows[:, 19] = np.arange(k) / max(k - 1, 1)  # rank by age inside the window
+        return rows
+
+    def _summary(self, ctx: Context) -> np.ndarray:
+        state, topo = ctx.state, ctx.state.topology
+        total = topo.num_gpus
+        out = np.zeros((SUMMARY_TOKENS, SUMMARY_FEATURES), np.float32)
+        pending, q = state.pending, state.queue
+        demand = int(q.gpus.sum())
+        waits = np.maximum(state.now - q.submit, 0.0)
+        users = {q.users[u] for u in np.unique(q.user)}
+        now = out[0]
+        now[0] = state.num_free / total
+        now[1] = float((ctx.island_free == topo.island_size).mean())
+        now[2] = float((ctx.node_free == np.diff(topo.node_first_gpu)).mean())
+        now[3] = math.log2(total) / 12.0
+        now[4] = ctx.island_free.max() / topo.island_size.max()
+        now[5] = ctx.node_free.max() / topo.gpus_per_node
+        now[6] = len(state.running) / total
+        now[7] = math.log1p(len(pending)) / 8.0
+        now[8] = math.log1p(demand / total)
+        now[9] = float(ctx.feasible.mean()) if len(pending) else 0.0
+        now[10] = log_time(float(np.mean(waits))) if len(waits) else 0.0
+        now[11] = len(users) / max(len(set(state.users) | users), 1)
+        future = out[1]
+        busy = ctx.until_free[~state.free]
+        for h, horizon in enumerate(_HORIZONS):
+            future[h] = (state.num_free + int((busy <= horizon).sum())) / total
+        live = busy[busy < _NEVER]
+        future[5] = log_time(float(live.min())) if len(live) else 0.0
+        future[6] = float((live == 0).mean()) if len(live) else 0.0
+        future[7] = float(log_time(live).mean()) if len(live) else 0.0
+        future[8] = 1.0 - (state.num_free + len(live)) / total  # down or drained
+        return out
+
+    # ---- GPUs ----
+
+    def gpus(self, ctx: Context, job: PendingJob) -> GpuView:
+        """The GPU agent's input for ``job`` (which must fit now)."""
+        cands = candidates(job, ctx)
+        if not cands:
+            raise ValueError(f"job {job.job_id} cannot start now: no candidate placement")
+        return self.gpu_view(ctx, job, cands[: self.max_candidates])
+
+    def gpu_view(self, ctx: Context, job: PendingJob, cands: list[Candidate]) -> GpuView:
+        state, topo = ctx.state, ctx.state.topology
+        speed = self.speed(topo)
+        N, K = len(topo.nodes), self.max_candidates
+        nodes = _node_rows(ctx)
+        rows = np.zeros((K, CANDIDATE_FEATURES), np.float32)
+        share = np.zeros((K, N), np.float32)
+        valid = np.zeros(K, bool)
+        est = estimated_runtime(job, state)
+        log_est = float(log_time(est)) if math.isfinite(est) else 1.5
+        node_size = np.diff(topo.node_first_gpu)
+        whole_island = ctx.island_free == topo.island_size
+        whole_node = ctx.node_free == node_size
+        scored: list[Candidate] = []
+        model = self.profile_name(job, topo)
+        for c, cand in enumerate(cands):
+            g = np.asarray(cand.gpus)
+            slowdown = speed.slowdown(model, cand.gpus)
+            link, _ = topo.bottleneck(cand.gpus)
+            isl = np.unique(topo.gpu_island[g])
+            nds, per_node = np.unique(topo.gpu_node[g], return_counts=True)
+            sws = np.unique(topo.gpu_switch[g])
+            busy_near = ctx.until_free[np.isin(topo.gpu_node, nds) & ~state.free]
+            release = float(log_time(busy_near.max())) if len(busy_near) else 0.0
+            row = rows[c]
+            row[0] = math.log(slowdown)  # may be < 0: the speed model can beat `ideal_gpus`
+            row[1] = int(link) / int(Link.SPINE)
+            row[2] = math.log2(len(isl)) / 6.0
+            row[3] = math.log2(len(nds)) / 6.0
+            row[4] = math.log2(len(sws)) / 4.0
+            row[5] = whole_island[isl].sum() / len(isl)  # whole free islands it breaks
+            row[6] = whole_node[nds].sum() / len(nds)  # whole free nodes it breaks
+            row[7] = (ctx.node_free[nds].sum() - len(g)) / node_size[nds].sum()
+            row[8] = release
+            row[9] = abs(release - log_est)
+            for name in cand.sources:
+                row[10 + GENERATORS.index(name)] = 1.0
+            share[c, nds] = per_node / len(g)
+            valid[c] = True
+            scored.append(Candidate(cand.gpus, cand.sources, slowdown, link))
+        return GpuView(nodes, rows, share, valid, tuple(scored))
+
+
+def _node_rows(ctx: Context) -> np.ndarray:
+    state, topo = ctx.state, ctx.state.topology
+    N = len(topo.nodes)
+    size = np.diff(topo.node_first_gpu).astype(float)
+    busy = ~state.free & (ctx.until_free < _NEVER)
+    t = log_time(ctx.until_free)
+    n_busy = np.bincount(topo.gpu_node, weights=busy, minlength=N)
+    sum_t = np.bincount(topo.gpu_node, weights=np.where(busy, t, 0.0), minlength=N)
+    min_t = np.full(N, np.inf)
+    np.minimum.at(min_t, topo.gpu_node[busy], t[busy])
+    max_t = np.zeros(N)
+    np.maximum.at(max_t, topo.gpu_node[busy], t[busy])
+    down = np.bincount(topo.gpu_node, weights=ctx.until_free >= _NEVER, minlength=N)
+    island_node = topo.gpu_node[[int(g[0]) for g in topo.island_gpus]]
+    whole = ctx.island_free == topo.island_size
+    whole_islands = np.bincount(island_node, weights=whole, minlength=N)
+    islands = np.bincount(island_node, minlength=N)
+    best_island = np.zeros(N)
+    np.maximum.at(best_island, island_node, ctx.island_free / topo.island_size)
+    switch_free = np.bincount(topo.node_switch, weights=ctx.node_free, minlength=len(topo.switch_names))
+    switch_size = np.bincount(topo.node_switch, weights=size, minlength=len(topo.switch_names))
+    rows = np.zeros((N, NODE_FEATURES), np.float32)
+    rows[:, 0] = ctx.node_free / size
+    rows[:, 1] = whole_islands / islands
+    rows[:, 2] = best_island
+    rows[:, 3] = np.where(n_busy > 0, sum_t / np.maximum(n_busy, 1), 0.0)
+    rows[:, 4] = np.where(n_busy > 0, min_t, 0.0)
+    rows[:, 5] = max_t
+    rows[:, 6] = (switch_free / switch_size)[topo.node_switch]
+    rows[:, 7] = size / topo.gpus_per_node
+    rows[:, 8] = down / size
+    rows[:, 9] = (switch_size / size.sum())[topo.node_switch]
+    return rows
+
+
+# ---- candidate placements ----
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One topology-valid GPU set for the chosen job. ``slowdown`` (run time vs the ideal
+    placement, from the speed model and the job's declared model) and ``link`` (slowest
+    link inside the set) are filled in `GpuView`; generators leave them at 1 / SELF."""
+
+    gpus: tuple[int, ...]
+    sources: tuple[str, ...]
+    slowdown: float = 1.0
+    link: Link = Link.SELF
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """The GPU agent's input. ``share[k, n]``: fraction of the job's GPUs candidate ``k``
+    puts on node ``n`` (how a candidate points at the node tokens)."""
+
+    nodes: np.ndarray  # [N, NODE_FEATURES] float32
+    candidates: np.ndarray  # [K, CANDIDATE_FEATURES] float32
+    share: np.ndarray  # [K, N] float32
+    valid: np.ndarray  # [K] bool
+    placements: tuple[Candidate, ...]
+
+
+Generator = Callable[[PendingJob, Context], tuple[int, ...] | None]
+
+
+def candidates(job: PendingJob, ctx: Context) -> list[Candidate]:
+    """Distinct GPU sets for ``job`` from every generator in `GENERATORS` order; a set that
+    several generators propose is one candidate listing all of them."""
+    out: dict[tuple[int, ...], list[str]] = {}
+    if not fits(job, ctx.state.num_free, ctx.node_free):
+        return []
+    for name in GENERATORS:
+        gpus = _GENERATORS[name](job, ctx)
+        if gpus is not None:
+            out.setdefault(tuple(sorted(int(g) for g in gpus)), []).append(name)
+    return [Candidate(g, tuple(src)) for g, src in out.items()]
+
+
+def _placer(placer) -> Generator:
+    return lambda job, ctx: placer.place(job, ctx.state.free, ctx.state)
+
+
+def _fill(ctx: Context, nodes: np.ndarray, n: int) -> tuple[int, ...]:
+    """``n`` free GPUs from ``nodes`` in order, each node's fullest islands first."""
+    topo, free = ctx.state.topology, ctx.state.free
+    out: list[int] = []
+    for ni in nodes:
+        isl = topo.node_islands[int(ni)]
+        for k in isl[np.argsort(-ctx.island_free[isl], kind="stable")]:
+            g = topo.island_gpus[k]
+            out.extend(int(x) for x in g[free[g]][: n - len(out)])
+            if len(out) == n:
+                return tuple(out)
+    raise AssertionError("caller checked capacity")
+
+
+def _best_fit_node(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
+    """The fullest node that holds the whole job (ignoring islands)."""
+    if job.num_nodes is not None:
+        return None
+    fits_ = np.flatnonzero(ctx.node_free >= job.num_gpus)
+    if not len(fits_):
+        return None
+    return _fill(ctx, fits_[[int(np.argmin(ctx.node_free[fits_]))]], job.num_gpus)
+
+
+def _best_fit_switch(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
+    """The fullest leaf switch that holds the job, its freest nodes first."""
+    if job.num_nodes is not None:
+        return None
+    topo = ctx.state.topology
+    switch_free = np.bincount(topo.node_switch, weights=ctx.node_free, minlength=len(topo.switch_names))
+    fits_ = np.flatnonzero(switch_free >= job.num_gpus)
+    if not len(fits_):
+        return None
+    best = int(fits_[np.argmin(switch_free[fits_])])
+    nodes = np.flatnonzero((topo.node_switch == best) & (ctx.node_free > 0))
+    return _fill(ctx, nodes[np.argsort(-ctx.node_free[nodes], kind="stable")], job.num_gpus)
+
+
+def _release_aligned(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
+    """The island (or node, for jobs bigger than an island) whose busy GPUs are expected
+    back closest to when this job is expected to end, so groups free up whole together."""
+    if job.num_nodes is not None:
+        return None
+    state, topo = ctx.state, ctx.state.topology
+    est = estimated_runtime(job, state)
+    target = log_time(est) if math.isfinite(est) else 1.5
+    release = log_time(ctx.until_free)
+    release = np.where(state.free, 0.0, release)
+    if job.num_gpus <= int(topo.island_size.max()):
+        groups, free = topo.gpu_island, ctx.island_free
+    else:
+        groups, free = topo.gpu_node, ctx.node_free
+    fits_ = np.flatnonzero(free >= job.num_gpus)
+    if not len(fits_):
+        return None
+    latest = np.zeros(len(free))
+    np.maximum.at(latest, groups, release)
+    best = int(fits_[np.argmin(np.abs(latest[fits_] - target))])
+    if groups is topo.gpu_island:
+        g = topo.island_gpus[best]
+        return tuple(int(x) for x in g[state.free[g]][: job.num_gpus])
+    return _fill(ctx, np.array([best]), job.num_gpus)
+
+
+_GENERATORS: dict[str, Generator] = {
+    "consolidate": _placer(Consolidate()),
+    "first-fit": _placer(FirstFit()),
+    "load-balance": _placer(LoadBalance()),
+    "best-fit-node": _best_fit_node,
+    "best-fit-switch": _best_fit_switch,
+    "release-aligned": _release_aligned,
+}

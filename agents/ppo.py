@@ -1,0 +1,574 @@
+"""PPO for the attentive agents, in one loop, in the manner of CleanRL's ``ppo.py``.
+
+Everything tunable is in `PPOConfig`. The loop is the textbook one: collect
+``num_steps`` transitions from each of ``num_envs`` environments with the current policy,
+compute advantages with GAE, then run ``update_epochs`` epochs of clipped PPO on shuffled
+minibatches. A transition is one phase of a decision (a job or WAIT, or a placement), so
+both agents learn from the same advantages; masks ride along in the observations and
+masked actions get logits of ``-1e8``, so they are never sampled and never contribute to
+the entropy.
+
+One addition to textbook PPO: a teacher-guided start. The loss also has ``bc_coef x``
+the cross-entropy toward a heuristic teacher's action (`teacher_action`) on the same
+observations; the coefficient falls linearly from ``bc_coef`` to ``bc_floor`` over the
+first ``bc_until`` of training and stays there. From scratch, a near-uniform policy over
+65 job slots picks WAIT often enough to idle the cluster for hours; on the 2-core budget
+PPO did not get past that (a 7-minute run validated at -21 where SJF scores -4.3). With
+the teacher term annealed all the way to zero, PPO then drifted: validation fell from
+-4.35 to between -4.4 and -10.9 as the agents unlearned the teacher's holds faster than
+they learned anything better. The floor keeps them near a good schedule while PPO
+improves on it; the agents always act on their own samples, so the critic learns their
+own policy's values.
+
+Data, stated once (see docs/agents.md):
+
+* training: random windows of the Philly trace submitted in days [0, 30), plus the
+  Tiresias 60-job list, on uniform clusters of 8-GPU nodes at random offered load,
+  following a curriculum from small clusters and short windows to larger ones;
+* validation (choosing the checkpoint to ship): fixed windows from Philly days [30, 40);
+* evaluation (`evaluate`, the benchmarks): Philly days [40, 60), never seen in training
+  or validation, with deterministic (argmax) decisions.
+
+Seeds: ``seed`` seeds torch (sampling, initialization) and each environment's episode RNG
+(``seed * 1000 + env index``); on CPU a run is reproducible. Every ``checkpoint_every``
+updates the optimizer, counters and RNG states go to ``out_dir/checkpoint.pt``;
+``resume=True`` continues from there (episodes that were in flight restart, from seeds
+derived from the update counter, so a resumed run is itself reproducible).
+
+Outputs in ``out_dir``: ``metrics.csv`` (one row per update), ``summary.json`` (config,
+timings, validation history), ``best.pt`` (best validation score), ``final.pt``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from attentived.simulator.engine import JobRecord, Simulation
+from attentived.simulator.gym_env import Episode, Mixture, SchedulingEnv, TraceWindows
+from attentived.simulator.metrics import summarize
+from attentived.simulator.replay import replay
+from attentived.simulator.samples import sample_path
+from attentived.simulator.trace import Trace, load_trace
+from attentived.topology import Topology
+
+from .attentive import AttentivePolicy, load_attentive
+from .checkpoint import load_training, save_model, save_training
+from .features import DEFAULT_WINDOW, MAX_CANDIDATES
+from .networks import AttentiveNet, NetConfig
+from .order import estimated_runtime
+from .placement import Consolidate
+from .policy import Policy, Ranking, Scheduler
+from .state import ClusterState
+from .registry import ALL, make_policy
+from .reward import RewardWeights
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A curriculum stage, in force from ``start`` (fraction of ``total_steps``) on."""
+
+    start: float
+    nodes: tuple[int, ...]
+    jobs: tuple[int, int]
+    load: tuple[float, float]
+
+
+DEFAULT_CURRICULUM = (
+    Stage(0.0, nodes=(2, 4), jobs=(150, 400), load=(0.8, 1.4)),
+    Stage(0.3, nodes=(4, 8), jobs=(300, 800), load=(0.8, 1.5)),
+    Stage(0.6, nodes=(8, 16, 32), jobs=(500, 1500), load=(0.9, 1.5)),
+)
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Every hyper-parameter of a training run."""
+
+    # run
+    seed: int = 1
+    out_dir: str = "runs/attentive"
+    total_steps: int = 200_000
+    time_budget_s: float | None = None  # stop early (saving everything) after this wall time
+    device: str = "auto"  # "auto": CUDA when present, else CPU
+    torch_threads: int = 1  # intra-op threads; small batches are fastest on one
+    # environments and data
+    num_envs: int = 8
+    window: int = DEFAULT_WINDOW
+    max_candidates: int = MAX_CANDIDATES
+    max_nodes: int = 32  # node padding of the observation; >= the largest curriculum cluster
+    train_trace: str = "philly"  # a bundled sample name or a trace file
+    train_days: tuple[float, float] = (0.0, 30.0)
+    tiresias_share: float = 0.1  # fraction of episodes drawn from the Tiresias job list
+    curriculum: tuple[Stage, ...] = DEFAULT_CURRICULUM
+    reward: RewardWeights = field(default_factory=RewardWeights)
+    # model
+    net: NetConfig = field(default_factory=NetConfig)
+    # PPO
+    num_steps: int = 128  # per environment per rollout
+    learning_rate: float = 3e-4
+    anneal_lr: bool = True
+    gamma: float = 0.999  # decisions are seconds apart; their effects last hours
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = 0.05
+    # teacher-guided start: a behaviour-cloning term toward `teacher_action`, annealed away
+    bc_coef: float = 1.0
+    bc_until: float = 0.5  # fraction of training over which the coefficient falls to bc_floor
+    bc_floor: float = 0.2  # kept for the rest of training: a leash, not a target
+    # validation and checkpoints
+    val_days: tuple[float, float] = (30.0, 40.0)
+    val_episodes: int = 3
+    val_jobs: int = 600
+    val_nodes: int = 8
+    val_every: int = 15  # updates
+    checkpoint_every: int = 10  # updates
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return max(1, self.total_steps // self.batch_size)
+
+    def stage(self, global_step: int) -> Stage:
+        frac = global_step / max(self.total_steps, 1)
+        return [s for s in self.curriculum if s.start <= frac][-1]
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))
+
+
+# ---- data ----
+
+
+def _samplers(cfg: PPOConfig, stage: Stage, philly: Trace, tiresias: Trace) -> Mixture:
+    """Episodes of one curriculum stage: Philly training windows and the Tiresias list."""
+    ph = TraceWindows(philly, days=cfg.train_days, jobs=stage.jobs, nodes=stage.nodes, load=stage.load)
+    ti = TraceWindows(tiresias, days=(0.0, 1.0), jobs=(60, 60), nodes=tuple(n for n in stage.nodes if n <= 4) or (2,), load=stage.load)
+    return Mixture((ph, ti), (1.0 - cfg.tiresias_share, cfg.tiresias_share))
+
+
+def load_training_trace(cfg: PPOConfig) -> Trace:
+    name = cfg.train_trace
+    return load_trace(sample_path(name) if not Path(name).suffix else name)
+
+
+def validation_episodes(cfg: PPOConfig, trace: Trace) -> list[Episode]:
+    """Fixed windows from the validation days (``val_jobs`` jobs on ``val_nodes`` nodes),
+    near saturation, where scheduling decisions matter most."""
+    jobs = (cfg.val_jobs, cfg.val_jobs)
+    sampler = TraceWindows(trace, days=cfg.val_days, jobs=jobs, nodes=(cfg.val_nodes,), load=(1.0, 1.3))
+    rng = np.random.default_rng(12345)
+    return [sampler(rng) for _ in range(cfg.val_episodes)]
+
+
+def score(records: Sequence[JobRecord], num_gpus: int, weights: RewardWeights) -> tuple[float, dict[str, float]]:
+    """An episode's return as the reward defines it, recomputed from its job records:
+    ``-jct * lower_bound_ratio + fairness * (jain - 1) - comm * comm_cost / ideal GPU-s``."""
+    m = summarize(records, num_gpus)
+    ideal = sum(r.ideal_duration * r.num_gpus for r in records)
+    value = -weights.jct * m["lower_bound_ratio"] + weights.fairness * (m["jain_fairness"] - 1.0) - weights.comm * m["comm_cost"] / ideal
+    return value, m
+
+
+def _validate(policy: Policy, episodes: Sequence[Episode], weights: RewardWeights) -> float:
+    scores = [score(Simulation(e.jobs, e.topology, policy).run().records, e.topology.num_gpus, weights)[0] for e in episodes]
+    return float(np.mean(scores))
+
+
+# ---- the teacher ----
+
+
+@dataclass
+class SmallestGpuTimeFirst:
+    """Job order of the teacher: smallest estimated GPU-time first (GPUs x time limit x the
+    user's limit accuracy), FIFO on ties."""
+
+    name: str = "smallest-gpu-time"
+
+    def rank(self, state: ClusterState) -> Ranking:
+        key = [(j.num_gpus * estimated_runtime(j, state), j.submit_time, j.job_id) for j in state.pending]
+        return Ranking(tuple(sorted(range(len(key)), key=key.__getitem__)))
+
+
+TEACHER = Scheduler(SmallestGpuTimeFirst(), Consolidate(), backfill=True, name="teacher")
+"""Smallest-GPU-time-first with consolidated placement and EASY backfill: the strongest
+heuristic on the validation windows (ahead of every preset), and one that uses holds, so
+the agents also see when waiting pays."""
+
+
+def teacher_action(env: SchedulingEnv) -> int:
+    """`TEACHER`'s action in ``env``: the first job its plan starts (WAIT when the plan
+    starts nothing, which is when it holds GPUs for a blocked job), then that job's GPUs
+    among the candidates (the teacher places with Consolidate, one of the generators; a
+    backfilled job that must avoid held GPUs may land elsewhere, and then the consolidate
+    candidate stands in). A first start outside the agent's window, which the window's
+    construction makes rare, falls back to the feasible window job the teacher ranks first."""
+    view, state = env.job_view, env.state
+    plan = TEACHER.decide(state)
+    if env.phase == 1:  # the teacher's GPUs when it chose this job too, else consolidate's
+        sets = [c.gpus for c in env.placements]
+        chosen = state.pending[int(view.index[env.chosen_slot])].job_id
+        if plan.starts and plan.starts[0].job_id == chosen and tuple(sorted(plan.starts[0].gpus)) in sets:
+            return sets.index(tuple(sorted(plan.starts[0].gpus)))
+        return next(k for k, c in enumerate(env.placements) if "consolidate" in c.sources)
+    slot_of = {state.pending[int(i)].job_id: s for s, i in enumerate(view.index) if i >= 0 and view.feasible[s]}
+    if plan.starts and plan.starts[0].job_id in slot_of:
+        return slot_of[plan.starts[0].job_id]
+    if not plan.starts and view.action_mask[env.wait_action]:
+        return env.wait_action
+    return next((slot_of[j] for j in plan.order if j in slot_of), env.wait_action)
+
+
+# ---- tensors ----
+
+
+def _stack(obs: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([np.asarray(o[k]) for o in obs]) for k in obs[0]}
+
+
+def _to_torch(obs: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(v, device=device) for k, v in obs.items()}
+
+
+# ---- training ----
+
+
+def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
+    """Train, validate and save; returns the path of the best model (``out_dir/best.pt``)."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.torch_threads)
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else ("cpu" if cfg.device == "auto" else cfg.device))
+    torch.manual_seed(cfg.seed)
+    philly, tiresias = load_training_trace(cfg), load_trace(sample_path("tiresias-60"))
+    val_eps = validation_episodes(cfg, philly)
+
+    net = AttentiveNet(cfg.net).to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, eps=1e-5)
+    start_update, global_step, best, history, wall_before = 1, 0, -math.inf, [], 0.0
+    checkpoint = out / "checkpoint.pt"
+    if resume and checkpoint.exists():
+        model, opt_state, prog = load_training(checkpoint)
+        if (model.window, model.max_candidates) != (cfg.window, cfg.max_candidates):
+            raise ValueError(f"{checkpoint}: window/candidates differ from the config; cannot resume")
+        net.load_state_dict(model.net.state_dict())
+        optimizer.load_state_dict(opt_state)
+        start_update, global_step = prog["update"] + 1, prog["global_step"]
+        best, history, wall_before = prog["best"], list(prog["history"]), prog["wall_s"]
+        torch.set_rng_state(prog["torch_rng"])
+
+    stage = cfg.stage(global_step)
+    envs = [
+        SchedulingEnv(_samplers(cfg, stage, philly, tiresias), window=cfg.window, max_nodes=cfg.max_nodes,
+                      max_candidates=cfg.max_candidates, reward=cfg.reward)
+        for _ in range(cfg.num_envs)
+    ]
+    reset_seed = cfg.seed * 1000 + (start_update - 1) * cfg.num_envs  # fresh and reproducible after a resume
+    next_obs = _stack([env.reset(seed=reset_seed + i)[0] for i, env in enumerate(envs)])
+    next_done = np.zeros(cfg.num_envs, bool)
+
+    # Rollout storage: [num_steps, num_envs, ...]
+    obs_buf = {k: np.zeros((cfg.num_steps,) + v.shape, v.dtype) for k, v in next_obs.items()}
+    actions = np.zeros((cfg.num_steps, cfg.num_envs), np.int64)
+    teacher = np.zeros((cfg.num_steps, cfg.num_envs), np.int64)
+    logprobs = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+    rewards = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+    dones = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+    values = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+    ep_return = np.zeros(cfg.num_envs)
+
+    metrics_file = out / "metrics.csv"
+    writer_file = metrics_file.open("a" if resume and metrics_file.exists() else "w", newline="")
+    writer: csv.DictWriter | None = None
+    bar = _Progress(cfg.num_updates, start_update - 1, enabled=progress)
+    t0 = time.perf_counter()
+    meta = {"config": cfg.as_dict()}
+    update = start_update - 1
+    try:
+        for update in range(start_update, cfg.num_updates + 1):
+            if cfg.anneal_lr:
+                optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - (update - 1) / cfg.num_updates)
+            new_stage = cfg.stage(global_step)
+            if new_stage != stage:  # takes effect as each environment starts its next episode
+                stage = new_stage
+                for env in envs:
+                    env.episodes = _samplers(cfg, stage, philly, tiresias)
+
+            finished: list[dict[str, float]] = []
+            net.eval()
+            for step in range(cfg.num_steps):
+                global_step += cfg.num_envs
+                for k in obs_buf:
+                    obs_buf[k][step] = next_obs[k]
+                dones[step] = next_done
+                teacher[step] = [teacher_action(env) for env in envs]
+                with torch.no_grad():
+                    logits, value = net(_to_torch(next_obs, device))
+                    dist = torch.distributions.Categorical(logits=logits)
+                    action = dist.sample()
+                actions[step] = action.cpu().numpy()
+                logprobs[step] = dist.log_prob(action).cpu().numpy()
+                values[step] = value.cpu().numpy()
+                stepped = []
+                for i, env in enumerate(envs):
+                    o, r, terminated, truncated, info = env.step(int(actions[step, i]))
+                    rewards[step, i] = r
+                    ep_return[i] += r
+                    next_done[i] = terminated or truncated
+                    if next_done[i]:
+                        finished.append({"return": ep_return[i], **_episode_metrics(info)})
+                        ep_return[i] = 0.0
+                        o, _ = env.reset()
+                    stepped.append(o)
+                next_obs = _stack(stepped)
+
+            # Generalized advantage estimation, bootstrapped from the value of the next state.
+            with torch.no_grad():
+                _, next_value = net(_to_torch(next_obs, device))
+            next_value = next_value.cpu().numpy()
+            advantages = np.zeros_like(rewards)
+            last = np.zeros(cfg.num_envs, np.float32)
+            for t in reversed(range(cfg.num_steps)):
+                if t == cfg.num_steps - 1:
+                    nonterminal, nv = 1.0 - next_done.astype(np.float32), next_value
+                else:
+                    nonterminal, nv = 1.0 - dones[t + 1], values[t + 1]
+                delta = rewards[t] + cfg.gamma * nv * nonterminal - values[t]
+                last = delta + cfg.gamma * cfg.gae_lambda * nonterminal * last
+                advantages[t] = last
+            returns = advantages + values
+
+            # Flatten the batch and optimize policy and value.
+            b_obs = _to_torch({k: v.reshape((-1,) + v.shape[2:]) for k, v in obs_buf.items()}, device)
+            b_actions = torch.as_tensor(actions.reshape(-1), device=device)
+            b_logprobs = torch.as_tensor(logprobs.reshape(-1), device=device)
+            b_adv = torch.as_tensor(advantages.reshape(-1), device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+            b_values = torch.as_tensor(values.reshape(-1), device=device)
+            b_teacher = torch.as_tensor(teacher.reshape(-1), device=device)
+            anneal = max(0.0, 1.0 - global_step / (cfg.bc_until * cfg.total_steps)) if cfg.bc_until > 0 else 0.0
+            bc_coef = cfg.bc_floor + (cfg.bc_coef - cfg.bc_floor) * anneal
+            net.train()
+            clipfracs, approx_kl = [], torch.zeros(())
+            for _epoch in range(cfg.update_epochs):
+                perm = torch.randperm(cfg.batch_size, device=device)
+                for start in range(0, cfg.batch_size, cfg.minibatch_size):
+                    mb = perm[start : start + cfg.minibatch_size]
+                    logits, new_value = net({k: v[mb] for k, v in b_obs.items()})
+                    dist = torch.distributions.Categorical(logits=logits)
+                    new_logprob = dist.log_prob(b_actions[mb])
+                    entropy = dist.entropy()
+                    logratio = new_logprob - b_logprobs[mb]
+                    ratio = logratio.exp()
+                    with torch.no_grad():
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > cfg.clip_coef).float().mean().item())
+                    adv = b_adv[mb]
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                    if cfg.clip_vloss:
+                        v_clipped = b_values[mb] + (new_value - b_values[mb]).clamp(-cfg.clip_coef, cfg.clip_coef)
+                        v_loss = 0.5 * torch.max((new_value - b_returns[mb]) ** 2, (v_clipped - b_returns[mb]) ** 2).mean()
+                    else:
+                        v_loss = 0.5 * ((new_value - b_returns[mb]) ** 2).mean()
+                    bc_loss = -dist.log_prob(b_teacher[mb]).mean()
+                    loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss + bc_coef * bc_loss
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+                    optimizer.step()
+                if cfg.target_kl is not None and approx_kl > cfg.target_kl:
+                    break
+
+            var_y = float(np.var(returns))
+            row: dict[str, Any] = {
+                "update": update,
+                "global_step": global_step,
+                "wall_s": round(wall_before + time.perf_counter() - t0, 1),
+                "stage": cfg.curriculum.index(stage),
+                "lr": optimizer.param_groups[0]["lr"],
+                "episodes": len(finished),
+                "episode_return": _mean(f["return"] for f in finished),
+                "lower_bound_ratio": _mean(f["lower_bound_ratio"] for f in finished),
+                "jain_fairness": _mean(f["jain_fairness"] for f in finished),
+                "mean_reward": float(rewards.mean()),
+                "policy_loss": pg_loss.item(),
+                "value_loss": v_loss.item(),
+                "entropy": entropy.mean().item(),
+                "approx_kl": approx_kl.item(),
+                "bc_coef": bc_coef,
+                "bc_loss": bc_loss.item(),
+                "teacher_agreement": float((actions == teacher).mean()),
+                "clipfrac": float(np.mean(clipfracs)),
+                "explained_variance": float("nan") if var_y == 0 else 1 - float(np.var(returns - values)) / var_y,
+                "val_score": "",
+            }
+            if update % cfg.val_every == 0 or update == cfg.num_updates:
+                policy = AttentivePolicy(net.cpu().eval(), window=cfg.window, max_candidates=cfg.max_candidates, threads=None)
+                row["val_score"] = _validate(policy, val_eps, cfg.reward)
+                net.to(device)
+                history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
+                if row["val_score"] > best:
+                    best = row["val_score"]
+                    save_model(out / "best.pt", net, window=cfg.window, max_candidates=cfg.max_candidates,
+                               meta={**meta, "update": update, "global_step": global_step, "val_score": best})
+            if writer is None:
+                writer = csv.DictWriter(writer_file, fieldnames=list(row))
+                if writer_file.tell() == 0:
+                    writer.writeheader()
+            writer.writerow(row)
+            writer_file.flush()
+            bar.update(row)
+            wall = wall_before + time.perf_counter() - t0
+            out_of_time = cfg.time_budget_s is not None and wall >= cfg.time_budget_s
+            if update % cfg.checkpoint_every == 0 or update == cfg.num_updates or out_of_time:
+                save_training(checkpoint, net, optimizer, window=cfg.window, max_candidates=cfg.max_candidates, meta=meta,
+                              progress={"update": update, "global_step": global_step, "best": best, "history": history,
+                                        "wall_s": wall, "torch_rng": torch.get_rng_state()})
+            if out_of_time:
+                break
+    finally:
+        bar.close()
+        writer_file.close()
+
+    wall = wall_before + time.perf_counter() - t0
+    save_model(out / "final.pt", net, window=cfg.window, max_candidates=cfg.max_candidates,
+               meta={**meta, "update": update, "global_step": global_step})
+    if not (out / "best.pt").exists():
+        (out / "best.pt").write_bytes((out / "final.pt").read_bytes())
+    summary = {"config": cfg.as_dict(), "updates": update, "global_step": global_step, "wall_s": round(wall, 1),
+               "best_val_score": best, "validation": history, "device": str(device)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return out / "best.pt"
+
+
+def _episode_metrics(info: dict[str, Any]) -> dict[str, float]:
+    m = info["metrics"]
+    return {"lower_bound_ratio": m["lower_bound_ratio"], "jain_fairness": m["jain_fairness"], "avg_jct": m["avg_jct"]}
+
+
+def _mean(xs) -> float | str:
+    xs = list(xs)
+    return float(np.mean(xs)) if xs else ""
+
+
+class _Progress:
+    """A rich progress bar showing the running episode return and metrics (or nothing)."""
+
+    def __init__(self, total: int, done: int, enabled: bool) -> None:
+        self._bar = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._bar = Progress(
+            TextColumn("[bold]PPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"),
+        )
+        self._task = self._bar.add_task("train", total=total, completed=done, status="")
+        self._bar.start()
+        self._ret: float | None = None
+
+    def update(self, row: dict[str, Any]) -> None:
+        if self._bar is None:
+            return
+        if row["episode_return"] != "":  # exponential running mean over finished episodes
+            r = float(row["episode_return"])
+            self._ret = r if self._ret is None else 0.9 * self._ret + 0.1 * r
+        parts = [f"stage {row['stage']}"]
+        if self._ret is not None:
+            parts.append(f"return {self._ret:.3f}")
+        if row["lower_bound_ratio"] != "":
+            parts.append(f"LBR {row['lower_bound_ratio']:.2f} Jain {row['jain_fairness']:.2f}")
+        if row["val_score"] != "":
+            parts.append(f"val {row['val_score']:.3f}")
+        self._bar.update(self._task, completed=row["update"], status="  ".join(parts))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+# ---- evaluation ----
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Mean metrics over seeds for the attentive policy and each baseline."""
+
+    trace: str
+    cluster: dict[str, int]
+    seeds: tuple[int, ...]
+    policies: dict[str, dict[str, float]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"trace": self.trace, "cluster": self.cluster, "seeds": list(self.seeds), "policies": self.policies}
+
+
+def evaluate(
+    model_path: str | Path | None,
+    trace: Trace,
+    topology: Topology,
+    seeds: Sequence[int] = (0,),
+    baselines: Sequence[str] = ALL,
+) -> Evaluation:
+    """Replay ``trace`` on ``topology`` under the attentive policy (deterministic, the
+    model at ``model_path`` or the shipped one) and the ``baselines``, once per seed (the
+    seed draws time limits and models), and average every metric over seeds. Use windows
+    the model was not trained on (Philly days [40, 60) for the shipped model)."""
+    runs: dict[str, list[dict[str, float]]] = {}
+    for seed in seeds:
+        policies = [load_attentive(None if model_path is None else str(model_path), seed=seed)]
+        policies += [make_policy(name, seed=seed) for name in baselines]
+        result = replay(trace, topology, policies, seed=seed)
+        for name, run in result.runs.items():
+            runs.setdefault(name, []).append(run.summary)
+    means = {name: {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]} for name, summaries in runs.items()}
+    return Evaluation(trace.name, {"nodes": len(topology.nodes), "gpus": topology.num_gpus}, tuple(seeds), means)
+
+
+__all__ = ["DEFAULT_CURRICULUM", "TEACHER", "Evaluation", "PPOConfig", "Stage", "evaluate", "main", "score",
+           "teacher_action", "train", "validation_episodes"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m attentived.agents.ppo``: train with the defaults, overriding a few."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Train the attentive agents with PPO (see docs/agents.md).")
+    ap.add_argument("--out-dir", default=PPOConfig.out_dir)
+    ap.add_argument("--seed", type=int, default=PPOConfig.seed)
+    ap.add_argument("--total-steps", type=int, default=PPOConfig.total_steps)
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds of wall time before stopping")
+    ap.add_argument("--resume", action="store_true", help="continue from OUT_DIR/checkpoint.pt")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = PPOConfig(out_dir=args.out_dir, seed=args.seed, total_steps=args.total_steps, time_budget_s=args.time_budget)
+    print(train(cfg, progress=not args.no_progress, resume=args.resume))
+
+
+if __name__ == "__main__":
+    main()
+

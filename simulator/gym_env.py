@@ -1,0 +1,348 @@
+"""A Gymnasium environment around the simulator, for training and studying scheduling agents.
+
+One episode replays one workload (a window of a trace on a cluster shape, drawn by an
+`EpisodeSampler` from the environment's seeded RNG). Decisions are made in two phases:
+
+* **job phase** (``obs["phase"] == 0``): the action is a job slot ``0..window-1`` of the
+  encoded queue, or ``window`` for WAIT (start nothing more until the next event);
+* **GPU phase** (``obs["phase"] == 1``): the action is a candidate placement
+  ``0..max_candidates-1`` for the job just chosen.
+
+Both phases share one ``Discrete(max(window + 1, max_candidates))`` action space;
+``obs["action_mask"]`` (and `SchedulingEnv.action_masks`, the name sb3-contrib's
+MaskablePPO calls) says which actions are legal now. A masked action is never needed: the
+mask offers only jobs that fit and only topology-valid GPU sets. WAIT is offered only
+while some job runs (otherwise the cluster would idle with nothing to wake it up). An agent
+that ignores the mask may still send a masked action: nothing happens, the reward is
+``-invalid_penalty`` and ``info["invalid"]`` is true.
+
+Observations are the arrays of `attentived.agents.features` padded to fixed shapes:
+
+=============  =================================  =========================================
+key            shape                              meaning
+=============  =================================  =========================================
+phase          Discrete(2)                        0 job phase, 1 GPU phase
+jobs           (window, JOB_FEATURES)             one row per job slot
+summary        (SUMMARY_TOKENS, SUMMARY_FEATURES) the cluster now, and expected releases
+job_valid      MultiBinary(window)                slot holds a job
+job            Discrete(window)                   the chosen slot (GPU phase; 0 otherwise)
+nodes          (max_nodes, NODE_FEATURES)         one row per node (GPU phase)
+node_valid     MultiBinary(max_nodes)             row is a node of this cluster
+candidates     (max_candidates, CANDIDATE_FEAT.)  one row per candidate placement
+share          (max_candidates, max_nodes)        fraction of the job on each node
+action_mask    MultiBinary(actions)               legal actions in this phase
+=============  =================================  =========================================
+
+The reward is `attentived.agents.reward` (JCT, fairness of waiting, communication cost;
+weights in `RewardWeights`), paid when the simulation moves. ``info`` carries the step's
+reward terms, and at the end of an episode ``info["metrics"]`` (the
+`attentived.simulator.metrics.summarize` dict) and ``info["episode_name"]``.
+
+Usage::
+
+    from attentived.simulator.gym_env import SchedulingEnv, TraceWindows
+    env = SchedulingEnv(TraceWindows.philly(days=(0, 30)))
+    obs, info = env.reset(seed=0)
+    while True:
+        action = env.action_space.sample(mask=env.action_masks().astype("int8"))
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated:
+            break
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from attentived.agents.features import (
+    CANDIDATE_FEATURES,
+    DEFAULT_WINDOW,
+    JOB_FEATURES,
+    MAX_CANDIDATES,
+    NODE_FEATURES,
+    SUMMARY_FEATURES,
+    SUMMARY_TOKENS,
+    Candidate,
+    Context,
+    FeatureEncoder,
+    GpuView,
+    JobView,
+)
+from attentived.agents.plan import Plan, Start
+from attentived.agents.reward import RewardTerms, RewardTracker, RewardWeights
+from attentived.agents.state import ClusterState
+from attentived.topology import Topology, uniform
+
+from .engine import SimJob, Simulation, prepare_jobs
+from .metrics import summarize
+from .samples import sample_path
+from .trace import Trace, TraceJob, load_trace
+
+DAY = 86_400.0
+_BOUND = 100.0  # features are O(1) by construction (see attentived.agents.features)
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One workload on one cluster."""
+
+    jobs: tuple[SimJob, ...]
+    topology: Topology
+    name: str
+
+
+class EpisodeSampler(Protocol):
+    """Draws the next episode from the environment's RNG (so ``reset(seed=...)`` replays it)."""
+
+    def __call__(self, rng: np.random.Generator) -> Episode: ...
+
+
+@dataclass(frozen=True)
+class FixedEpisode:
+    """The same workload every episode (tests, evaluation of one window)."""
+
+    episode: Episode
+
+    def __call__(self, rng: np.random.Generator) -> Episode:
+        return self.episode
+
+
+@dataclass(frozen=True)
+class TraceWindows:
+    """Random windows of a trace on random uniform clusters, at a random offered load.
+
+    A window is ``jobs`` consecutive jobs (submitted in ``days``, small enough for the
+    cluster) on ``nodes x gpus_per_node`` GPUs. Submissions are then compressed or spread
+    so the window offers ``load`` times the cluster's capacity (work counted up to the
+    window's span, so one month-long job does not decide the load): the same trace
+    teaches both calm and congested regimes on every cluster size. Time limits and models
+    are drawn per episode (`prepare_jobs`).
+    """
+
+    trace: Trace
+    days: tuple[float, float] = (0.0, 30.0)
+    jobs: tuple[int, int] = (200, 1000)
+    nodes: tuple[int, ...] = (2, 4)
+    gpus_per_node: int = 8
+    nodes_per_switch: int = 2
+    load: tuple[float, float] = (0.8, 1.4)
+
+    @classmethod
+    def philly(cls, **kwargs: Any) -> TraceWindows:
+        return cls(load_trace(sample_path("philly")), **kwargs)
+
+    def __call__(self, rng: np.random.Generator) -> Episode:
+        nodes = int(rng.choice(self.nodes))
+        gpus = nodes * self.gpus_per_node
+        lo, hi = self.days[0] * DAY, self.days[1] * DAY
+        pool = [j for j in self.trace.jobs if lo <= j.submit_time < hi and j.num_gpus <= gpus]
+        if not pool:
+            raise ValueError(f"{self.trace.name}: no job in days {self.days} fits {gpus} GPUs")
+        n = min(int(rng.integers(self.jobs[0], self.jobs[1] + 1)), len(pool))
+        first = int(rng.integers(0, len(pool) - n + 1))
+        window = pool[first : first + n]
+        target = float(rng.uniform(*self.load))
+        jobs = _at_load(window, gpus, target)
+        topo = uniform(nodes, self.gpus_per_node, nodes_per_switch=self.nodes_per_switch)
+        name = f"{self.trace.name}[{first}:{first + n}] on {nodes}x{self.gpus_per_node} at load {target:.2f}"
+        return Episode(tuple(prepare_jobs(jobs, int(rng.integers(2**31)))), topo, name)
+
+
+def _at_load(window: Sequence[TraceJob], gpus: int, load: float) -> list[TraceJob]:
+    """Re-time ``window`` so it offers ``load`` x the capacity of ``gpus`` GPUs."""
+    t0 = window[0].submit_time
+    span = max(window[-1].submit_time - t0, 1.0)
+    work = sum(j.num_gpus * min(j.duration, span) for j in window)
+    stretch = work / (load * gpus * span)  # new gaps = old gaps x stretch
+    stretch = min(max(stretch, 1e-3), 1e3)
+    return [replace(j, submit_time=(j.submit_time - t0) * stretch) for j in window]
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Draws from several samplers with the given weights (e.g. Philly and Tiresias)."""
+
+    samplers: tuple[EpisodeSampler, ...]
+    weights: tuple[float, ...]
+
+    def __call__(self, rng: np.random.Generator) -> Episode:
+        p = np.asarray(self.weights, float)
+        return self.samplers[int(rng.choice(len(self.samplers), p=p / p.sum()))](rng)
+
+
+class SchedulingEnv(gym.Env):
+    """Two-phase scheduling on the simulator (see the module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        episodes: EpisodeSampler,
+        *,
+        window: int = DEFAULT_WINDOW,
+        max_nodes: int = 32,
+        max_candidates: int = MAX_CANDIDATES,
+        reward: RewardWeights = RewardWeights(),
+        invalid_penalty: float = 0.01,
+    ) -> None:
+        self.episodes = episodes
+        self.invalid_penalty = invalid_penalty
+        self.encoder = FeatureEncoder(window, max_candidates)
+        self.window, self.max_nodes, self.max_candidates = window, max_nodes, max_candidates
+        self.weights = reward
+        self.wait_action = window
+        n_actions = max(window + 1, max_candidates)
+        f32 = np.float32
+        self.observation_space = spaces.Dict(
+            {
+                "phase": spaces.Discrete(2),
+                "jobs": spaces.Box(-_BOUND, _BOUND, (window, JOB_FEATURES), f32),
+                "summary": spaces.Box(-_BOUND, _BOUND, (SUMMARY_TOKENS, SUMMARY_FEATURES), f32),
+                "job_valid": spaces.MultiBinary(window),
+                "job": spaces.Discrete(window),
+                "nodes": spaces.Box(-_BOUND, _BOUND, (max_nodes, NODE_FEATURES), f32),
+                "node_valid": spaces.MultiBinary(max_nodes),
+                "candidates": spaces.Box(-_BOUND, _BOUND, (max_candidates, CANDIDATE_FEATURES), f32),
+                "share": spaces.Box(0.0, 1.0, (max_candidates, max_nodes), f32),
+                "action_mask": spaces.MultiBinary(n_actions),
+            }
+        )
+        self.action_space = spaces.Discrete(n_actions)
+        self.sim: Simulation | None = None
+
+    # ---- gymnasium API ----
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self.episode = self.episodes(self.np_random)
+        if len(self.episode.topology.nodes) > self.max_nodes:
+            raise ValueError(
+                f"episode {self.episode.name} has {len(self.episode.topology.nodes)} nodes, "
+                f"the environment pads to max_nodes={self.max_nodes}"
+            )
+        self._by_id = {s.job.job_id: s for s in self.episode.jobs}
+        self.sim = Simulation(self.episode.jobs, self.episode.topology)
+        self.sim.reset()
+        self.tracker = RewardTracker(self.episode.jobs, self.weights)
+        self._gpu: GpuView | None = None
+        self._slot = 0
+        state = self.sim.next_decision()
+        if state is None:
+            raise ValueError(f"episode {self.episode.name} has nothing to decide")
+        self._enter(state)
+        return self._obs(), {"episode_name": self.episode.name}
+
+    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
+        if self.sim is None:
+            raise RuntimeError("call reset() before step()")
+        action = int(action)
+        terms = RewardTerms()
+        if not self.action_masks()[action]:
+            obs = self._obs()
+            return obs, -self.invalid_penalty, False, False, {"reward_terms": terms, "time": self.sim.now, "invalid": True}
+        if self.phase == 0 and action == self.wait_action:
+            self.sim.apply(Plan(order=self._order(), waited=True))
+            terms, done = self._advance(self.sim.next_decision())
+        elif self.phase == 0:
+            self._slot = action
+            job = self.ctx.state.pending[int(self.jobs.index[action])]
+            self._gpu = self.encoder.gpus(self.ctx, job)
+            self.phase = 1
+            done = False
+        else:
+            job = self.ctx.state.pending[int(self.jobs.index[self._slot])]
+            gpus = self.placements[action].gpus
+            self.sim.apply(Plan(order=self._order(), starts=(Start(job.job_id, gpus),)))
+            s = self._by_id[job.job_id]
+            runtime = self.sim.speed.runtime(s.model, s.job.duration, gpus)
+            terms = self.tracker.start(job.user, job.submit_time, self.sim.now, job.num_gpus, s.job.duration, runtime)
+            state = self.sim.snapshot()
+            if Context.of(state).feasible.any():
+                self._enter(state)
+                done = False
+            else:
+                more, done = self._advance(self.sim.next_decision())
+                terms = terms + more
+        info: dict[str, Any] = {"reward_terms": terms, "time": self.sim.now}
+        if done:
+            info["metrics"] = summarize(self.sim.result().records, self.episode.topology.num_gpus)
+            info["episode_name"] = self.episode.name
+        return self._obs(), terms.total, done, False, info
+
+    @property
+    def state(self) -> ClusterState:
+        """The snapshot the current decision is about."""
+        return self.ctx.state
+
+    @property
+    def job_view(self) -> JobView:
+        """The encoded queue: ``job_view.index[slot]`` is the pending index of job ``slot``."""
+        return self.jobs
+
+    @property
+    def chosen_slot(self) -> int:
+        """The job slot chosen in the job phase (meaningful in the GPU phase)."""
+        return self._slot
+
+    @property
+    def placements(self) -> tuple[Candidate, ...]:
+        """The candidate GPU sets of the GPU phase (action ``k`` starts ``placements[k]``)."""
+        return self._gpu.placements if self._gpu is not None else ()
+
+    def action_masks(self) -> np.ndarray:
+        """Legal actions now (bool), for maskable PPO implementations."""
+        mask = np.zeros(self.action_space.n, bool)
+        if self.phase == 0:
+            mask[: self.window + 1] = self.jobs.action_mask
+        else:
+            mask[: self.max_candidates] = self._gpu.valid
+        return mask
+
+    # ---- internals ----
+
+    def _enter(self, state: ClusterState) -> None:
+        """A new job phase on ``state``."""
+        self.ctx = Context.of(state)
+        self.jobs: JobView = self.encoder.jobs(self.ctx)
+        self.phase = 0
+        self._gpu = None
+        self._slot = 0
+
+    def _advance(self, state: ClusterState | None) -> tuple[RewardTerms, bool]:
+        terms = self.tracker.advance(self.sim.now, state)
+        if state is None:
+            self.phase = 0
+            return terms, True
+        self._enter(state)
+        return terms, False
+
+    def _order(self) -> tuple[str, ...]:
+        return tuple(j.job_id for j in self.ctx.state.pending)
+
+    def _obs(self) -> dict[str, Any]:
+        N, K = self.max_nodes, self.max_candidates
+        nodes = np.zeros((N, NODE_FEATURES), np.float32)
+        node_valid = np.zeros(N, np.int8)
+        cands = np.zeros((K, CANDIDATE_FEATURES), np.float32)
+        share = np.zeros((K, N), np.float32)
+        if self.phase == 1:
+            g = self._gpu
+            n = g.nodes.shape[0]
+            nodes[:n], node_valid[:n], cands[:], share[:, :n] = g.nodes, 1, g.candidates, g.share
+        return {
+            "phase": self.phase,
+            "jobs": self.jobs.jobs.copy(),
+            "summary": self.jobs.summary.copy(),
+            "job_valid": self.jobs.valid.astype(np.int8),
+            "job": self._slot,
+            "nodes": nodes,
+            "node_valid": node_valid,
+            "candidates": cands,
+            "share": share,
+            "action_mask": self.action_masks().astype(np.int8),
+        }

@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attentived.agents.attentive import AttentivePolicy, default_model_path, load_attentive
+from attentived.agents.networks import AttentiveNet, JobEncoding, NetConfig
+from attentived.agents.policy import Policy
+from attentived.agents.state import PendingJob
+from attentived.simulator.engine import SimJob, Simulation
+from attentived.simulator.trace import TraceJob
+from attentived.topology import uniform
+
+from .conftest import RunningJob, job, make_state
+
+
+def _policy(seed: int = 0, **kwargs) -> AttentivePolicy:
+    torch.manual_seed(seed)
+    return AttentivePolicy(AttentiveNet(NetConfig(d_model=32, heads=2)), window=16, max_candidates=6, **kwargs)
+
+
+def _check_plan(plan, state):
+    assert sorted(plan.order) == sorted(j.job_id for j in state.pending)  # every job, once
+    used: set[int] = set()
+    by_id = {j.job_id: j for j in state.pending}
+    for st in plan.starts:
+        assert len(st.gpus) == by_id[st.job_id].num_gpus == len(set(st.gpus))
+        assert state.free[list(st.gpus)].all() and not used & set(st.gpus)
+        used |= set(st.gpus)
+    assert list(plan.order[: len(plan.starts)]) == [s.job_id for s in plan.starts]
+
+
+def test_is_a_policy_and_plans_are_legal(lab):
+    pol = _policy()
+    assert isinstance(pol, Policy) and pol.name == "attentive"
+    running = [RunningJob("r", "x", tuple(range(8)), 0.0, 500.0, 3600.0)]
+    s = make_state(lab, [job(f"j{i}", gpus=g, submit=i, user=f"u{i % 3}") for i, g in enumerate([1, 2, 4, 8, 3, 5, 16, 1])],
+                   running=running)
+    _check_plan(pol.decide(s), s)
+
+
+def _always_wait(pol: AttentivePolicy) -> None:
+    """Make the job agent rank WAIT far above every job."""
+    agent = pol.net.job_agent
+    original = agent.forward
+
+    def forward(*args, **kwargs):
+        enc = original(*args, **kwargs)
+        logits = enc.logits.clone()
+        logits[:, -1] = 1e6
+        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
+
+    agent.forward = forward
+
+
+def test_wait_is_impossible_on_an_idle_cluster(lab):
+    pol = _policy()
+    _always_wait(pol)
+    idle = make_state(lab, [job("a", gpus=4), job("b", gpus=2, submit=1)])
+    plan = pol.decide(idle)
+    assert len(plan.starts) == 1 and plan.waited  # it had to start one; then WAIT was legal
+    busy = make_state(lab, [job("a", gpus=4)], running=[RunningJob("r", "x", (0,), 0.0, 0.0, 60.0)])
+    plan = pol.decide(busy)
+    assert plan.starts == () and plan.waited
+
+
+def test_waiting_holds_gpus_for_the_blocked_job_it_ranks_first(lab):
+    pol = _policy()
+    _always_wait(pol)
+    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 1000.0, 600.0) for k in range(3)]
+    s = make_state(lab, [job("big", gpus=16), job("small", gpus=1, submit=1)], running=running, now=1000.0)
+    plan = pol.decide(s)
+    (hold,) = plan.holds
+    assert hold.job_id == "big" and len(hold.gpus) == 16 and hold.expected_start == 1600.0
+
+
+def test_decisions_are_deterministic(lab):
+    s = make_state(lab, [job(f"j{i}", gpus=1 + i % 4, submit=i, user=f"u{i % 2}") for i in range(12)],
+                   running=[RunningJob("r", "x", (0, 1), 0.0, 0.0, 600.0)])
+    a, b = _policy(seed=3), _policy(seed=3)
+    assert a.decide(s) == a.decide(s) == b.decide(s)
+
+
+def test_sampling_is_reproducible_under_a_seed(lab):
+    s = make_state(lab, [job(f"j{i}", gpus=1 + i % 4, submit=i, user=f"u{i % 2}") for i in range(12)],
+                   running=[RunningJob("r", "x", (0, 1), 0.0, 0.0, 600.0)])
+    torch.manual_seed(3)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2))
+    plans = [AttentivePolicy(net, window=16, max_candidates=6, deterministic=False, seed=5).decide(s) for _ in range(2)]
+    assert plans[0] == plans[1]
+
+
+def test_explain_reports_jobs_attention_and_placements(lab):
+    pol = _policy()
+    running = [RunningJob("r", "x", (0, 1, 2), 0.0, 0.0, 600.0)]
+    s = make_state(lab, [job("a", gpus=4, submit=0), job("b", gpus=2, submit=5, user="bob"), job("c", gpus=64, submit=9)],
+                   running=running)
+    ex = pol.explain(s, k=3)
+    probs = [o.probability for o in ex.top_jobs]
+    assert probs == sorted(probs, reverse=True) and 0.99 < sum(probs) <= 1.0 + 1e-6  # every legal action listed
+    assert "c" not in [o.job_id for o in ex.top_jobs]  # 64 GPUs cannot start
+    named = pol.explain(s, job_id="a")
+    assert named.job_id == "a"
+    assert {j for j, _ in named.attention} == {"b", "c"}
+    assert all(w >= 0 for _, w in named.attention)
+    assert len(named.placement.gpus) == 4 and named.placement.extra_gpu_seconds is not None
+    alternatives = [named.placement, *named.alternatives]
+    assert abs(sum(o.probability for o in alternatives) - 1.0) < 1e-5
+    assert len({o.gpus for o in alternatives}) == len(alternatives)
+    assert "job a attends to" in str(named)
+    with pytest.raises(ValueError, match="not pending"):
+        pol.explain(s, job_id="zzz")
+
+
+def test_runs_a_whole_workload_in_the_simulator():
+    jobs = [
+        SimJob(TraceJob(f"j{i}", i * 30.0, f"u{i % 3}", [1, 2, 4, 8][i % 4], 200.0 + 50 * (i % 5), None, 0), 900.0, "bert")
+        for i in range(40)
+    ]
+    topo = uniform(2, 8)
+    result = Simulation(jobs, topo, _policy()).run()
+    assert len(result.records) == 40
+
+
+def test_one_choice_is_a_job_and_its_gpus_or_wait(lab):
+    pol = _policy()
+    s = make_state(lab, [PendingJob("a", "u", 2, 0.0, 600.0, model="bert")])
+    c = pol.choose(s)
+    assert c.job.job_id == "a" and len(c.gpus) == 2
+
+
+@pytest.mark.skipif(not default_model_path().exists(), reason="shipped model not built yet")
+def test_shipped_model_loads_and_decides(lab):
+    pol = load_attentive()
+    s = make_state(lab, [job(f"j{i}", gpus=1 + i % 8, submit=i) for i in range(10)])
+    plan = pol.decide(s)
+    _check_plan(plan, s)
+    assert plan.starts
+    assert default_model_path().stat().st_size < 3_000_000
+    assert np.all([len(st.gpus) for st in plan.starts])

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attentived.agents import checkpoint as ckpt
+from attentived.agents.attentive import AttentivePolicy, load_attentive
+from attentived.agents.checkpoint import CheckpointError, load_model, load_training, save_model, save_training
+from attentived.agents.features import JOB_FEATURES
+from attentived.agents.networks import AttentiveNet, NetConfig
+
+from .conftest import RunningJob, job, make_state
+from .test_networks import _obs
+
+
+def _net(seed=0) -> AttentiveNet:
+    torch.manual_seed(seed)
+    return AttentiveNet(NetConfig(d_model=32, heads=2))
+
+
+def _save(tmp_path, net=None, **meta) -> str:
+    return str(save_model(tmp_path / "m.pt", net or _net(), window=16, max_candidates=6, meta={"note": "test", **meta}))
+
+
+def test_round_trip_gives_the_same_decisions(tmp_path, lab):
+    net = _net()
+    path = _save(tmp_path, net, steps=123)
+    loaded = load_model(path)
+    assert loaded.window == 16 and loaded.max_candidates == 6 and loaded.meta == {"note": "test", "steps": 123}
+    for a, b in zip(net.state_dict().values(), loaded.net.state_dict().values()):
+        assert torch.equal(a, b)
+    s = make_state(lab, [job(f"j{i}", gpus=1 + i % 5, submit=i) for i in range(9)],
+                   running=[RunningJob("r", "x", (0, 1), 0.0, 0.0, 600.0)])
+    original = AttentivePolicy(net, window=16, max_candidates=6).decide(s)
+    assert load_attentive(path).decide(s) == original
+
+
+def test_training_checkpoint_round_trip(tmp_path):
+    net = _net()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    _, value = net(_tiny_obs())
+    value.sum().backward()
+    opt.step()
+    rng = torch.get_rng_state()
+    path = save_training(tmp_path / "c.pt", net, opt, window=16, max_candidates=6, meta={},
+                         progress={"update": 3, "global_step": 99, "history": [{"score": -1.0}], "torch_rng": rng})
+    model, opt_state, progress = load_training(path)
+    assert progress["update"] == 3 and torch.equal(progress["torch_rng"], rng)
+    opt2 = torch.optim.Adam(model.net.parameters(), lr=1e-3)
+    opt2.load_state_dict(opt_state)
+    assert opt2.state_dict()["state"][0]["step"] == opt.state_dict()["state"][0]["step"]
+    assert load_model(path).window == 16  # a training checkpoint is also a model
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        load_training(_save(tmp_path))
+
+
+def _tiny_obs():
+    return _obs(B=2, W=16, N=3, K=6)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CheckpointError, match="no such model file"):
+        load_model(tmp_path / "nope.pt")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_files_are_refused_clearly(tmp_path, damage):
+    path = tmp_path / "m.pt"
+    if damage == "garbage":
+        path.write_bytes(b"this is not a model" * 100)
+    else:
+        good = (tmp_path / "good.pt")
+        save_model(good, _net(), window=16, max_candidates=6, meta={})
+        data = good.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="not a readable attentived model"):
+        load_model(path)
+
+
+class Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def test_files_that_would_run_code_are_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"format": ckpt.FORMAT, "payload": Evil()}, path)
+    with pytest.raises(CheckpointError, match="not a readable"):
+        load_model(path)
+
+
+def test_other_formats_and_versions_are_refused(tmp_path):
+    other = tmp_path / "other.pt"
+    torch.save({"format": "something-else"}, other)
+    with pytest.raises(CheckpointError, match="not an attentived attentive model"):
+        load_model(other)
+    payload = torch.load(_save(tmp_path), weights_only=True)
+    payload["version"] = ckpt.VERSION + 1
+    newer = tmp_path / "newer.pt"
+    torch.save(payload, newer)
+    with pytest.raises(CheckpointError, match=f"version {ckpt.VERSION + 1}.*reads version {ckpt.VERSION}"):
+        load_model(newer)
+    del payload["state_dict"]
+    payload["version"] = ckpt.VERSION
+    torch.save(payload, newer)
+    with pytest.raises(CheckpointError, match="lacks 'state_dict'"):
+        load_model(newer)
+
+
+def test_mismatched_input_dimensions_are_named(tmp_path):
+    payload = torch.load(_save(tmp_path), weights_only=True)
+    payload["dims"]["job_features"] += 3
+    path = tmp_path / "dims.pt"
+    torch.save(payload, path)
+    wanted = rf"other input dimensions \(job_features: model {JOB_FEATURES + 3}, features {JOB_FEATURES}\)"
+    with pytest.raises(CheckpointError, match=wanted):
+        load_model(path)
+
+
+def test_weights_that_do_not_fit_the_recorded_sizes(tmp_path):
+    payload = torch.load(_save(tmp_path), weights_only=True)
+    payload["net"]["d_model"] = 48
+    path = tmp_path / "sizes.pt"
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match="do not fit the recorded network sizes"):
+        load_model(path)

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attentived.agents.features import (
+    CANDIDATE_FEATURES,
+    GENERATORS,
+    JOB_FEATURES,
+    NODE_FEATURES,
+    SUMMARY_FEATURES,
+    SUMMARY_TOKENS,
+    Context,
+    FeatureEncoder,
+    candidates,
+    select_window,
+)
+from attentived.agents.state import PendingJob
+from attentived.topology import uniform
+
+from .conftest import RunningJob, UserStats, job, make_state
+
+
+def _exists_placement(j: PendingJob, free: np.ndarray, topo) -> bool:
+    """Brute force: is there any legal GPU set for ``j`` on ``free``?"""
+    if j.num_nodes is None:
+        return int(free.sum()) >= j.num_gpus
+    per = j.num_gpus // j.num_nodes
+    node_free = np.bincount(topo.gpu_node, weights=free, minlength=len(topo.nodes))
+    return int((node_free >= per).sum()) >= j.num_nodes
+
+
+def _legal(j: PendingJob, gpus: tuple[int, ...], free: np.ndarray, topo) -> bool:
+    if len(gpus) != j.num_gpus or len(set(gpus)) != len(gpus) or not free[list(gpus)].all():
+        return False
+    if j.num_nodes is not None:
+        per_node = Counter(int(topo.gpu_node[g]) for g in gpus)
+        return len(per_node) == j.num_nodes and set(per_node.values()) == {j.num_gpus // j.num_nodes}
+    return True
+
+
+@st.composite
+def states(draw):
+    nodes = draw(st.integers(1, 6))
+    gpn = draw(st.sampled_from([1, 2, 4, 8]))
+    topo = uniform(nodes, gpn, nodes_per_switch=draw(st.integers(1, 3)))
+    busy = draw(st.sets(st.integers(0, topo.num_gpus - 1), max_size=topo.num_gpus))
+    busy = sorted(busy)
+    # Some busy GPUs belong to running jobs (with or without limits), the rest are down.
+    split = draw(st.integers(0, len(busy)))
+    running = [
+        RunningJob(f"r{g}", "bob", (g,), 0.0, 500.0, draw(st.sampled_from([None, 600.0, 86_400.0])))
+        for g in busy[:split]
+    ]
+    pending = []
+    for i in range(draw(st.integers(1, 90))):
+        gpus = draw(st.integers(1, topo.num_gpus))
+        shaped = draw(st.booleans()) and gpus % gpn == 0 and gpus >= gpn
+        nn = draw(st.integers(1, gpus // gpn)) if shaped else None
+        if nn is not None and gpus % nn:
+            nn = None
+        pending.append(
+            PendingJob(f"j{i}", draw(st.sampled_from(["alice", "bob", "carol"])), gpus, float(i),
+                       draw(st.sampled_from([None, 900.0, 7200.0])), num_nodes=nn, model=draw(st.sampled_from([None, "bert", "ncf", "nope"])))
+        )
+    return make_state(topo, pending, busy=busy[split:], running=running, now=1000.0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.sampled_from([4, 16, 64]))
+def test_masks_offer_exactly_the_feasible_jobs_and_only_legal_gpu_sets(state, window):
+    enc = FeatureEncoder(window=window)
+    ctx = Context.of(state)
+    view = enc.jobs(ctx)
+    topo = state.topology
+    assert view.jobs.shape == (window, JOB_FEATURES) and np.isfinite(view.jobs).all()
+    assert view.summary.shape == (SUMMARY_TOKENS, SUMMARY_FEATURES) and np.isfinite(view.summary).all()
+    for slot in range(window):
+        if not view.valid[slot]:
+            assert not view.feasible[slot] and view.index[slot] == -1
+            continue
+        j = state.pending[int(view.index[slot])]
+        assert view.feasible[slot] == _exists_placement(j, state.free, topo)
+        if view.feasible[slot]:
+            gv = enc.gpus(ctx, j)
+            assert gv.valid.sum() == len(gv.placements) >= 1
+            assert gv.nodes.shape == (len(topo.nodes), NODE_FEATURES)
+            assert gv.candidates.shape == (enc.max_candidates, CANDIDATE_FEATURES)
+            assert np.isfinite(gv.candidates).all() and np.isfinite(gv.nodes).all()
+            for k, c in enumerate(gv.placements):
+                assert _legal(j, c.gpus, state.free, topo), (j, c)
+                assert np.isclose(gv.share[k].sum(), 1.0)
+        else:
+            assert candidates(j, ctx) == []
+    # WAIT: never while nothing runs, unless nothing can start at all.
+    mask = view.action_mask
+    assert mask[window] == (bool(state.running) or not ctx.feasible.any())
+    # Some action is always legal.
+    assert mask.any()
+    # A job that can start is in the window whenever one exists.
+    assert view.feasible.any() == ctx.feasible.any()
+
+
+def test_window_keeps_the_oldest_and_the_startable_smallest(lab):
+    pending = [job(f"old{i}", gpus=32, submit=i) for i in range(40)]  # cannot start: 16 free
+    pending += [job(f"small{i}", gpus=1, submit=100 + i, limit=60.0 * (50 - i)) for i in range(40)]
+    s = make_state(lab, pending, busy=range(16))
+    ctx = Context.of(s)
+    idx = select_window(ctx, 16)
+    names = [s.pending[i].job_id for i in idx]
+    assert names[:8] == [f"old{i}" for i in range(8)]  # half: the longest waiting
+    assert sorted(names[8:]) == sorted(f"small{i}" for i in range(32, 40))  # half: smallest startable
+    assert len(set(idx)) == 16
+    forced = select_window(ctx, 16, include=s.pending.index(next(j for j in s.pending if j.job_id == "small0")))
+    assert "small0" in [s.pending[i].job_id for i in forced] and len(forced) == 16
+
+
+def test_job_features_reflect_waiting_limits_and_users(lab):
+    users = {"alice": UserStats(jobs=4, gpu_seconds=1e6, wait_seconds=400.0, run_seconds=100.0, limit_seconds=400.0, limited_jobs=4)}
+    s = make_state(
+        lab,
+        [job("a", gpus=1, submit=0.0, limit=3600.0), job("b", gpus=8, user="bob", submit=900.0, limit=None)],
+        now=1000.0,
+        users=users,
+    )
+    view = FeatureEncoder().jobs(Context.of(s))
+    a, b = view.jobs[0], view.jobs[1]
+    assert a[3] > b[3]  # a waited longer
+    assert a[4] == 1 and b[4] == 0  # limit present / absent
+    assert a[10] == 0.25 and a[11] == 1  # alice used a quarter of her limits
+    assert a[7] == 1.0 and b[7] == 0.0  # all attained service is alice's
+    assert b[0] > a[0]  # more GPUs
+
+
+def test_candidates_are_distinct_and_name_their_generators(lab):
+    running = [RunningJob("r", "x", (0, 1, 2), 0.0, 900.0, 3600.0)]
+    s = make_state(lab, [job("j", gpus=4)], running=running)
+    ctx = Context.of(s)
+    cands = candidates(s.pending[0], ctx)
+    sets = [c.gpus for c in cands]
+    assert len(sets) == len(set(sets)) >= 2
+    assert all(src in GENERATORS for c in cands for src in c.sources)
+    assert sorted(src for c in cands for src in c.sources) == sorted(GENERATORS)  # every generator fits here
+    # Consolidate keeps a 4-GPU job inside one whole NVLink island.
+    (cons,) = [c for c in cands if "consolidate" in c.sources]
+    assert s.topology.spread(cons.gpus)[0] == 1
+
+
+def test_candidates_carry_the_speed_models_price(lab):
+    s = make_state(lab, [PendingJob("j", "a", 4, 0.0, 3600.0, model="bert")], busy=[0, 1, 2, 8, 9, 10, 16, 17])
+    enc = FeatureEncoder()
+    ctx = Context.of(s)
+    gv = enc.gpus(ctx, s.pending[0])
+    speed = enc.speed(s.topology)
+    for k, c in enumerate(gv.placements):
+        assert c.slowdown == speed.slowdown("bert", c.gpus)
+        assert np.isclose(gv.candidates[k, 0], np.log(c.slowdown))
+    slow = {s.topology.spread(c.gpus)[1]: c.slowdown for c in gv.placements}
+    assert slow[1] < max(slow.values()) or len(slow) == 1  # one node is never the worst
+    assert enc.comm_ratio(s.pending[0], s.topology) > enc.comm_ratio(PendingJob("k", "a", 8, 0.0, model="googlenet"), s.topology)

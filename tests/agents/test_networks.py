@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attentived.agents.features import (
+    CANDIDATE_FEATURES,
+    JOB_FEATURES,
+    NODE_FEATURES,
+    SUMMARY_FEATURES,
+    SUMMARY_TOKENS,
+)
+from attentived.agents.networks import AttentiveNet, NetConfig
+
+
+def _obs(B=3, W=8, N=5, K=4, phase=None, seed=0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    A = max(W + 1, K)
+    valid = torch.ones(B, W, dtype=torch.int8)
+    valid[:, W - 2 :] = 0  # two padded slots
+    mask = torch.zeros(B, A, dtype=torch.int8)
+    ph = torch.tensor(phase if phase is not None else [i % 2 for i in range(B)])
+    for b in range(B):
+        if ph[b] == 0:
+            mask[b, : W - 2] = 1
+            mask[b, 1] = 0  # an infeasible job
+            mask[b, W] = 1  # WAIT
+        else:
+            mask[b, : K - 1] = 1
+    return {
+        "phase": ph,
+        "jobs": torch.randn(B, W, JOB_FEATURES, generator=g),
+        "summary": torch.randn(B, SUMMARY_TOKENS, SUMMARY_FEATURES, generator=g),
+        "job_valid": valid,
+        "job": torch.zeros(B, dtype=torch.long),
+        "nodes": torch.randn(B, N, NODE_FEATURES, generator=g),
+        "node_valid": torch.ones(B, N, dtype=torch.int8),
+        "candidates": torch.randn(B, K, CANDIDATE_FEATURES, generator=g),
+        "share": torch.softmax(torch.randn(B, K, N, generator=g), -1),
+        "action_mask": mask,
+    }
+
+
+def test_forward_shapes_and_masking():
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2))
+    obs = _obs()
+    logits, value = net(obs)
+    assert logits.shape == obs["action_mask"].shape and value.shape == (3,)
+    probs = torch.softmax(logits, -1)
+    assert torch.all(probs[~obs["action_mask"].bool()] == 0)
+    assert torch.allclose(probs.sum(-1), torch.ones(3))
+    assert torch.isfinite(torch.distributions.Categorical(logits=logits).entropy()).all()
+
+
+def test_same_seed_same_network_and_outputs():
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        net = AttentiveNet(NetConfig(d_model=32, heads=2))
+        outs.append(net(_obs(seed=1)))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+def test_padding_does_not_change_the_valid_slots():
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2)).eval()
+    obs = _obs(B=1, phase=[0])
+    base = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool()).logits
+    junk = dict(obs)
+    junk["jobs"] = obs["jobs"].clone()
+    junk["jobs"][:, -2:] = 1e3  # whatever sits in padded slots
+    other = net.job_agent(junk["jobs"], junk["summary"], junk["job_valid"].bool()).logits
+    assert torch.allclose(base[:, :6], other[:, :6], atol=1e-5) and torch.allclose(base[:, -1], other[:, -1], atol=1e-5)
+
+
+def test_job_agent_is_permutation_equivariant():
+    """No positional encoding: the queue order reaches the agent only through features."""
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2)).eval()
+    jobs, summary = torch.randn(1, 6, JOB_FEATURES), torch.randn(1, SUMMARY_TOKENS, SUMMARY_FEATURES)
+    valid = torch.ones(1, 6, dtype=torch.bool)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    a = net.job_agent(jobs, summary, valid).logits
+    b = net.job_agent(jobs[:, perm], summary, valid).logits
+    assert torch.allclose(a[:, :6][:, perm], b[:, :6], atol=1e-5)
+    assert torch.allclose(a[:, 6], b[:, 6], atol=1e-5)  # WAIT does not care about the order
+
+
+@pytest.mark.parametrize("W,N,K", [(4, 2, 2), (64, 128, 6)])
+def test_any_window_node_and_candidate_count(W, N, K):
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2))
+    logits, value = net(_obs(B=2, W=W, N=N, K=K))
+    assert logits.shape == (2, max(W + 1, K)) and torch.isfinite(value).all()
+
+
+def test_gpu_phase_depends_on_the_chosen_job():
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2)).eval()
+    obs = _obs(B=1, phase=[1])
+    a, _ = net(obs)
+    obs2 = dict(obs)
+    obs2["job"] = torch.tensor([3])
+    b, _ = net(obs2)
+    assert not torch.allclose(a[:, :3], b[:, :3])
+
+
+def test_model_is_small():
+    n = sum(p.numel() for p in AttentiveNet().parameters())
+    assert n < 250_000  # about 0.5 MB of float32 weights
+    assert np.log10(n) > 4

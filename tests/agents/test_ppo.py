@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attentived.agents.order import estimated_runtime
+from attentived.agents.ppo import PPOConfig, Stage, evaluate, score, teacher_action, train, validation_episodes
+from attentived.agents.reward import RewardWeights
+from attentived.agents.registry import make_policy
+from attentived.simulator.engine import Simulation, prepare_jobs
+from attentived.simulator.gym_env import Episode, FixedEpisode, SchedulingEnv
+from attentived.simulator.metrics import summarize
+from attentived.simulator.trace import load_trace
+from attentived.topology import uniform
+
+
+def write_toy_trace(path: Path, n: int = 400, seed: int = 0) -> Path:
+    """A generic-format trace: comm-heavy multi-GPU jobs among small ones, three users."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    lines = ["job_id,submit_time,user,num_gpus,duration,model"]
+    t = 0.0
+    for i in range(n):
+        t += float(rng.exponential(120.0))
+        gpus = int(rng.choice([1, 1, 2, 4, 8]))
+        model = str(rng.choice(["bert", "yolov3", "deepspeech2"])) if gpus > 1 else "cifar10"
+        lines.append(f"t{i},{t:.0f},u{i % 3},{gpus},{float(rng.integers(300, 3600))},{model}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tiny_config(tmp_path: Path, **kw) -> PPOConfig:
+    trace = write_toy_trace(tmp_path / "toy.csv")
+    base = dict(
+        seed=3, out_dir=str(tmp_path / "run"), total_steps=2 * 2 * 16, num_envs=2, num_steps=16, window=8,
+        max_nodes=2, num_minibatches=2, update_epochs=2, train_trace=str(trace), train_days=(0.0, 0.3),
+        tiresias_share=0.0, curriculum=(Stage(0.0, nodes=(1, 2), jobs=(20, 30), load=(1.0, 1.2)),),
+        val_days=(0.3, 1.0), val_episodes=1, val_jobs=20, val_nodes=2, val_every=1, checkpoint_every=1,
+        net=PPOConfig().net.__class__(d_model=16, heads=2, layers=1),
+    )
+    base.update(kw)
+    return PPOConfig(**base)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_config_derived_sizes_and_curriculum():
+    cfg = PPOConfig(total_steps=100_000, num_envs=8, num_steps=128, num_minibatches=4)
+    assert cfg.batch_size == 1024 and cfg.minibatch_size == 256 and cfg.num_updates == 97
+    assert cfg.stage(0).nodes == (2, 4) and cfg.stage(40_000).nodes == (4, 8) and cfg.stage(99_999).nodes == (8, 16, 32)
+    assert cfg.as_dict()["reward"] == {"jct": 1.0, "fairness": 2.0, "comm": 2.0}
+    assert cfg.train_days[1] <= cfg.val_days[0] and cfg.val_days[1] <= 40.0  # evaluation days stay unseen
+
+
+def test_teacher_picks_the_smallest_gpu_time_then_consolidates(tmp_path):
+    cfg = tiny_config(tmp_path)
+    trace = load_trace(cfg.train_trace)
+    ep = validation_episodes(cfg, trace)[0]
+    env = SchedulingEnv(FixedEpisode(ep), window=8, max_nodes=2)
+    env.reset(seed=0)
+    for _ in range(60):
+        a = teacher_action(env)
+        assert env.action_masks()[a]
+        if env.phase == 0 and a != env.wait_action:
+            view, state = env.job_view, env.state
+            chosen = state.pending[int(view.index[a])]
+            for s in np.flatnonzero(view.feasible):
+                other = state.pending[int(view.index[s])]
+                assert chosen.num_gpus * estimated_runtime(chosen, state) <= other.num_gpus * estimated_runtime(other, state)
+        elif env.phase == 1:
+            assert "consolidate" in env.placements[a].sources
+        if env.step(a)[2]:
+            break
+
+
+def test_score_is_the_reward_definition(tmp_path):
+    jobs = prepare_jobs(load_trace(write_toy_trace(tmp_path / "toy.csv", n=20)).jobs, seed=0)
+    records = Simulation(jobs, uniform(1, 8), make_policy("fifo")).run().records
+    value, m = score(records, 8, RewardWeights(jct=2.0, fairness=0.0, comm=0.0))
+    assert m == summarize(records, 8) and value == pytest.approx(-2.0 * m["lower_bound_ratio"])
+
+
+def test_training_writes_models_logs_and_is_reproducible(tmp_path):
+    a = tiny_config(tmp_path / "a")
+    best = train(a, progress=False)
+    out = Path(a.out_dir)
+    for name in ("best.pt", "final.pt", "checkpoint.pt", "metrics.csv", "summary.json"):
+        assert (out / name).exists(), name
+    assert best == out / "best.pt"
+    rows = _rows(out / "metrics.csv")
+    assert [r["update"] for r in rows] == ["1", "2"] and all(r["val_score"] for r in rows)
+    b = tiny_config(tmp_path / "b")
+    train(b, progress=False)
+    again = _rows(Path(b.out_dir) / "metrics.csv")
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
+    assert strip(rows) == strip(again)
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path):
+    cfg = tiny_config(tmp_path, time_budget_s=0.0)  # stops (and checkpoints) after one update
+    train(cfg, progress=False)
+    assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1"]
+    train(tiny_config(tmp_path), progress=False, resume=True)
+    assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1", "2"]
+
+
+def test_evaluate_compares_the_model_with_baselines(tmp_path):
+    cfg = tiny_config(tmp_path)
+    model = train(cfg, progress=False)
+    trace = load_trace(cfg.train_trace, start=0.5 * 86_400, max_jobs=25)
+    result = evaluate(model, trace, uniform(2, 8), seeds=(0, 1), baselines=("fifo", "sjf+consolidate"))
+    assert set(result.policies) == {"attentive", "fifo", "sjf+consolidate"}
+    assert result.policies["attentive"]["jobs"] == 25
+    assert result.as_json()["seeds"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_short_training_beats_random_placement(tmp_path):
+    """Smoke test of learning: a few minutes of CPU at most on a toy trace where placement
+    matters (communication-heavy 2-8 GPU jobs on 4 nodes behind 2 switches)."""
+    cfg = tiny_config(
+        tmp_path, total_steps=30 * 4 * 64, num_envs=4, num_steps=64, max_nodes=4, val_every=10, checkpoint_every=10,
+        curriculum=(Stage(0.0, nodes=(4,), jobs=(40, 80), load=(0.8, 1.2)),), val_nodes=4, val_jobs=60,
+        bc_until=0.5,
+    )
+    model = train(cfg, progress=False)
+    held_out = load_trace(cfg.train_trace, start=0.4 * 86_400, max_jobs=80)  # after train_days
+    result = evaluate(model, held_out, uniform(4, 8, nodes_per_switch=2), seeds=(0,), baselines=("fifo+random",))
+    agent, random = result.policies["attentive"], result.policies["fifo+random"]
+    assert agent["comm_cost"] < random["comm_cost"]
+    assert agent["avg_jct"] < random["avg_jct"]
+
+
+def test_validation_windows_come_from_the_validation_days(tmp_path):
+    cfg = tiny_config(tmp_path)
+    trace = load_trace(cfg.train_trace)
+    (ep,) = validation_episodes(cfg, trace)
+    ids = {s.job.job_id for s in ep.jobs}
+    in_days = {j.job_id for j in trace.jobs if cfg.val_days[0] * 86_400 <= j.submit_time < cfg.val_days[1] * 86_400}
+    assert ids <= in_days and isinstance(ep, Episode)

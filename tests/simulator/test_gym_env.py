@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attentived.agents.reward import RewardWeights
+from attentived.simulator.engine import SimJob, prepare_jobs
+from attentived.simulator.gym_env import Episode, FixedEpisode, Mixture, SchedulingEnv, TraceWindows, _at_load
+from attentived.simulator.metrics import summarize
+from attentived.simulator.trace import Trace, TraceJob
+from attentived.topology import uniform
+
+
+def tj(i, submit, duration, gpus=1, user="alice", model=None):
+    return TraceJob(f"j{i}", submit, user, gpus, duration, model, i + 2)
+
+
+def toy_jobs(n=30, seed=0) -> list[SimJob]:
+    rng = np.random.default_rng(seed)
+    jobs = [
+        tj(i, float(i * 40), float(rng.integers(60, 1200)), gpus=int(rng.choice([1, 1, 2, 4, 8])), user=f"u{i % 3}",
+           model=str(rng.choice(["bert", "resnet50", "vgg16"])))
+        for i in range(n)
+    ]
+    return prepare_jobs(jobs, seed)
+
+
+def toy_env(n=30, nodes=2, **kwargs) -> SchedulingEnv:
+    episode = Episode(tuple(toy_jobs(n)), uniform(nodes, 8, nodes_per_switch=1), "toy")
+    return SchedulingEnv(FixedEpisode(episode), window=8, max_nodes=4, **kwargs)
+
+
+def rollout(env, rng, seed=0, policy="random"):
+    obs, _ = env.reset(seed=seed)
+    total, steps = 0.0, 0
+    while True:
+        mask = env.action_masks()
+        assert np.array_equal(mask, obs["action_mask"].astype(bool))
+        assert mask.any()
+        if policy == "random":
+            action = int(rng.choice(np.flatnonzero(mask)))
+        else:
+            action = int(np.flatnonzero(mask)[0])
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert env.observation_space.contains(obs)
+        total += reward
+        steps += 1
+        if terminated:
+            return total, steps, info
+
+
+def test_passes_the_gymnasium_checker():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(toy_env(), skip_render_check=True)
+
+
+def test_random_masked_rollouts_finish_every_job_and_return_the_metrics():
+    env = toy_env()
+    total, steps, info = rollout(env, np.random.default_rng(0))
+    records = env.sim.result().records
+    assert len(records) == 30 and info["metrics"] == summarize(records, 16)
+    assert steps >= 30  # at least one job step and one GPU step per job, minus none
+
+
+def test_episode_return_is_the_weighted_metrics():
+    """The reward terms telescope to the benchmark's metrics (see agents/reward.py)."""
+    w = RewardWeights(jct=1.0, fairness=3.0, comm=5.0)
+    env = toy_env(reward=w)
+    total, _, info = rollout(env, np.random.default_rng(1))
+    m = info["metrics"]
+    records = env.sim.result().records
+    ideal_gpu_s = sum(r.ideal_duration * r.num_gpus for r in records)
+    expected = -w.jct * m["lower_bound_ratio"] + w.fairness * (m["jain_fairness"] - 1.0) - w.comm * m["comm_cost"] / ideal_gpu_s
+    assert total == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+
+def test_phases_alternate_and_wait_is_masked_on_an_idle_cluster():
+    env = toy_env()
+    obs, _ = env.reset(seed=0)
+    assert obs["phase"] == 0 and not env.state.running
+    assert not obs["action_mask"][env.wait_action]  # nothing runs: WAIT would stall
+    slot = int(np.flatnonzero(obs["action_mask"])[0])
+    obs, reward, *_ = env.step(slot)
+    assert obs["phase"] == 1 and reward == 0.0
+    assert obs["action_mask"][: len(env.placements)].all() and not obs["action_mask"][len(env.placements):].any()
+    assert obs["node_valid"].sum() == 2 and obs["share"].sum() == pytest.approx(len(env.placements))
+    obs, *_ = env.step(0)
+    assert obs["phase"] == 0
+    if env.state.running:
+        assert obs["action_mask"][env.wait_action]
+
+
+def test_a_masked_action_is_a_penalised_no_op():
+    env = toy_env(invalid_penalty=0.5)
+    obs, _ = env.reset(seed=0)
+    before = env.state
+    obs2, reward, terminated, _, info = env.step(env.wait_action)
+    assert info["invalid"] and reward == -0.5 and not terminated and env.state is before
+    assert np.array_equal(obs["jobs"], obs2["jobs"])
+
+
+def test_same_seed_same_episode():
+    trace = Trace("toy", "toy.csv", "generic", tuple(tj(i, i * 100.0, 300.0, gpus=1 + i % 4) for i in range(200)))
+    env = SchedulingEnv(TraceWindows(trace, days=(0, 1), jobs=(20, 50), nodes=(1, 2)), window=8, max_nodes=2)
+    a = rollout(env, np.random.default_rng(0), seed=11, policy="first")
+    name = env.episode.name
+    b = rollout(env, np.random.default_rng(0), seed=11, policy="first")
+    assert a[:2] == b[:2] and env.episode.name == name
+
+
+def test_trace_windows_fit_the_cluster_and_the_target_load():
+    jobs = tuple(tj(i, i * 60.0, 600.0, gpus=[1, 2, 16, 64][i % 4]) for i in range(400))
+    trace = Trace("toy", "toy.csv", "generic", jobs)
+    rng = np.random.default_rng(0)
+    sampler = TraceWindows(trace, days=(0, 1), jobs=(50, 100), nodes=(2,), load=(1.2, 1.2))
+    ep = sampler(rng)
+    assert all(s.job.num_gpus <= 16 for s in ep.jobs) and 50 <= len(ep.jobs) <= 100
+    window = [s.job for s in ep.jobs]
+    span = window[-1].submit_time - window[0].submit_time
+    work = sum(j.num_gpus * min(j.duration, span) for j in window)
+    assert work / (16 * span) == pytest.approx(1.2, rel=0.05)
+    assert window[0].submit_time == 0.0
+    assert [j.job_id for j in _at_load(window, 16, 2.0)] == [j.job_id for j in window]
+    mixed = Mixture((sampler, FixedEpisode(ep)), (0.0, 1.0))
+    assert mixed(rng) is ep
+
+
+def test_too_many_nodes_for_the_padding_is_an_error():
+    episode = Episode(tuple(toy_jobs(5)), uniform(8, 8), "big")
+    with pytest.raises(ValueError, match="max_nodes=4"):
+        SchedulingEnv(FixedEpisode(episode), window=8, max_nodes=4).reset(seed=0)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.integers(1, 3))
+def test_any_masked_action_sequence_is_accepted_by_the_engine(seed, nodes):
+    """The engine checks every start; a mask that allowed an infeasible job or GPU set
+    would raise PolicyError here."""
+    episode = Episode(tuple(toy_jobs(25, seed)), uniform(nodes, 8, nodes_per_switch=1), "prop")
+    env = SchedulingEnv(FixedEpisode(episode), window=4, max_nodes=3)
+    _, _, info = rollout(env, np.random.default_rng(seed), seed=seed)
+    assert info["metrics"]["jobs"] == 25
