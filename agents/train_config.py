@@ -1,0 +1,85 @@
+"""A training run's settings from a TOML file, so runs are reproducible from one file.
+
+Top-level keys are ``PPOConfig`` fields with plain values (``seed``, ``total_steps``,
+``learning_rate``, ``train_days = [0, 30]``, ...); ``[reward]`` sets the reward weights
+(``jct``, ``fairness``, ``comm``). Unknown keys and wrong types are errors naming the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from .ppo import PPOConfig
+from .reward import RewardWeights
+
+_NESTED = {"curriculum", "net", "reward"}  # not settable as plain values
+
+
+class TrainConfigError(ValueError):
+    pass
+
+
+def load_train_config(path: str | Path, base: PPOConfig | None = None) -> PPOConfig:
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise TrainConfigError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise TrainConfigError(f"{path}: not valid TOML: {e}") from None
+    return apply_settings(base or PPOConfig(), doc, str(path))
+
+
+def apply_settings(cfg: PPOConfig, doc: dict[str, Any], source: str = "config") -> PPOConfig:
+    known = {f.name: f for f in fields(PPOConfig)}
+    changes: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == "reward":
+            changes["reward"] = _reward(cfg.reward, value, source)
+            continue
+        if key not in known or key in _NESTED:
+            raise TrainConfigError(f"{source}: {key}: unknown training setting")
+        current = getattr(cfg, key)
+        changes[key] = _coerce(current, value, f"{source}: {key}")
+    return replace(cfg, **changes)
+
+
+def _reward(current: RewardWeights, table: Any, source: str) -> RewardWeights:
+    if not isinstance(table, dict):
+        raise TrainConfigError(f"{source}: reward: must be a table with jct, fairness, comm")
+    out = {}
+    for key, value in table.items():
+        if key not in ("jct", "fairness", "comm"):
+            raise TrainConfigError(f"{source}: reward.{key}: unknown reward weight (jct, fairness, comm)")
+        out[key] = _coerce(getattr(current, key), value, f"{source}: reward.{key}")
+    try:
+        return replace(current, **out)
+    except ValueError as e:
+        raise TrainConfigError(f"{source}: reward: {e}") from None
+
+
+def _coerce(current: Any, value: Any, where: str) -> Any:
+    if isinstance(current, bool) or isinstance(value, bool):
+        if isinstance(current, bool) and isinstance(value, bool):
+            return value
+        raise TrainConfigError(f"{where}: expected {type(current).__name__}, got {value!r}")
+    if isinstance(current, tuple):
+        if not isinstance(value, list) or len(value) != len(current):
+            raise TrainConfigError(f"{where}: expected a list of {len(current)} numbers, got {value!r}")
+        return tuple(_coerce(c, v, where) for c, v in zip(current, value))
+    if isinstance(current, float) or (current is None and isinstance(value, (int, float))):
+        if not isinstance(value, (int, float)):
+            raise TrainConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if isinstance(current, int):
+        if not isinstance(value, int):
+            raise TrainConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if isinstance(current, str):
+        if not isinstance(value, str):
+            raise TrainConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TrainConfigError(f"{where}: cannot be set from a file")

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import pytest
+
+from attentived.agents.ppo import PPOConfig
+from attentived.agents.reward import RewardWeights
+from attentived.agents.train_config import TrainConfigError, apply_settings, load_train_config
+
+
+def test_toml_sets_plain_fields_and_reward_weights(tmp_path):
+    f = tmp_path / "train.toml"
+    f.write_text('seed = 7\nlearning_rate = 1e-4\ntrain_days = [0, 20]\n[reward]\nfairness = 5\n')
+    cfg = load_train_config(f)
+    assert cfg.seed == 7 and cfg.learning_rate == 1e-4 and cfg.train_days == (0.0, 20.0)
+    assert cfg.reward == RewardWeights(jct=1.0, fairness=5.0, comm=2.0)
+    assert cfg.total_steps == PPOConfig().total_steps  # untouched
+
+
+@pytest.mark.parametrize(
+    "doc, where",
+    [
+        ({"sead": 1}, "sead: unknown"),
+        ({"seed": "one"}, "seed: expected an integer"),
+        ({"learning_rate": True}, "learning_rate: expected float"),
+        ({"train_days": [1]}, "train_days: expected a list of 2"),
+        ({"reward": {"speed": 1}}, "reward.speed: unknown reward weight"),
+        ({"reward": {"comm": -1}}, "reward: reward weight comm must be non-negative"),
+        ({"net": {}}, "net: unknown"),
+    ],
+)
+def test_bad_settings_name_the_key(doc, where):
+    with pytest.raises(TrainConfigError, match=where):
+        apply_settings(PPOConfig(), doc, "t.toml")
+
+
+def test_unreadable_or_invalid_toml(tmp_path):
+    with pytest.raises(TrainConfigError, match="cannot read"):
+        load_train_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("seed = = 1")
+    with pytest.raises(TrainConfigError, match="not valid TOML"):
+        load_train_config(bad)
