@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad input (trace, cluster file, opti
 from __future__ import annotations
 
 import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -42,14 +43,21 @@ def _bad_input() -> Iterator[None]:
     from attentived.simulator.trace import TraceError
     from attentived.topology import TopologyParseError
 
+    errors: tuple[type[Exception], ...] = (TraceError, TopologyParseError, UnknownPolicy)
     try:
         yield
-    except (TraceError, TopologyParseError, UnknownPolicy) as e:
-        raise _fail(str(e)) from None
     except FileNotFoundError as e:
         raise _fail(f"{e.filename}: no such file") from None
     except IsADirectoryError as e:
         raise _fail(f"{e.filename}: is a folder, not a file") from None
+    except Exception as e:
+        # A bad model file can only have been raised if the (torch-heavy) loader was imported.
+        checkpoint = sys.modules.get("attentived.agents.checkpoint")
+        if checkpoint is not None:
+            errors += (checkpoint.CheckpointError,)
+        if isinstance(e, errors):
+            raise _fail(str(e)) from None
+        raise
 
 
 def _version(value: bool) -> None:
@@ -103,6 +111,7 @@ def replay(
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Keep only the first N jobs after the other filters."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout (see README for the shape)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write metrics.json, jobs.csv and PNG plots into this folder."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Model file for learned policies (default: the shipped model)."),
 ) -> None:
     """Replay a job trace in the simulator under one or more policies and compare them.
 
@@ -133,7 +142,7 @@ def replay(
             raise _fail(f"--max-jobs must be at least 1 (got {max_jobs})")
         names = [n for p in policy for n in (ALL if p == "all" else [p])]
         names = list(dict.fromkeys(names))
-        policies = [make_policy(n, seed) for n in names]
+        policies = [make_policy(n, seed, model=str(model) if model else None) for n in names]
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
         tr = load_trace(
             path,
@@ -162,12 +171,16 @@ def topology(
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node."),
     nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
     as_json: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
+    slurm: bool = typer.Option(False, "--slurm", help="Live: used/free GPUs from Slurm, topology from the daemon's source (see --config)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Daemon config file (implies --slurm): its topology source, partitions and Slurm."),
 ) -> None:
-    """Show the cluster as a tree: switches, nodes, NVLink islands, GPUs."""
+    """Show the cluster as a tree: switches, nodes, NVLink islands, GPUs (--slurm: used/free)."""
     from attentived.topology.describe import as_dict
 
     from .render import topology_tree
 
+    if slurm or config is not None:
+        return _topology_live(config, as_json)
     with _bad_input():
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
     if as_json:
@@ -179,11 +192,11 @@ def topology(
 @app.command()
 def policies() -> None:
     """List the policies `replay --policy` accepts: presets, job orders and placers."""
-    from attentived.agents.registry import ORDERS, PLACERS, PRESETS
+    from attentived.agents.registry import LEARNED, ORDERS, PLACERS, PRESETS
 
     from .render import policy_list
 
-    policy_list(PRESETS, ORDERS, PLACERS)
+    policy_list(PRESETS, ORDERS, PLACERS, LEARNED)
 
 
 
@@ -193,10 +206,455 @@ def start(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Config file (default /etc/attentived/config.toml; built-in defaults when absent)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and log every action, change nothing in Slurm."),
     once: bool = typer.Option(False, "--once", help="Run one cycle and exit (for cron and debugging)."),
+    shadow: bool = typer.Option(False, "--shadow", help="Plan beside Slurm's own scheduler and record what Slurm does; change nothing (see shadow-report)."),
 ) -> None:
     """Run the scheduling daemon: every cycle, read Slurm, decide, make Slurm carry out the plan."""
     from attentived.daemon.service import main as daemon_main
 
-    code = daemon_main(config, dry_run=dry_run, once=once)
+    code = daemon_main(config, dry_run=dry_run, once=once, shadow=shadow)
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def compare(
+    trace: list[Path] = typer.Option([], "--trace", "-t", help="Trace CSV (repeat for several)."),
+    sample: list[str] = typer.Option([], "--sample", help="Bundled trace (repeat): philly-sample, philly, tiresias-60."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster TOML file; overrides --nodes."),
+    nodes: int = typer.Option(4, "--nodes", help="Quick shape: number of nodes."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node."),
+    nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
+    policy: list[str] = typer.Option(["all"], "--policy", "-p", help="Policy (repeat), or 'all'."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds 0..N-1: each draws time limits, models and random placement."),
+    window: list[str] = typer.Option([], "--window", help="START:END cut of every trace (repeat), e.g. 40d:41d."),
+    load_scale: float = typer.Option(1.0, "--load-scale", help="Multiply the arrival rate."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Processes (default: CPU count)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write compare.json, summary.csv and PNG plots here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+) -> None:
+    """Run every policy on every trace and seed in parallel; mean and 95% CI per metric."""
+    from attentived.simulator import compare as cmp
+    from attentived.simulator.samples import sample_path
+
+    from .render_compare import comparison_tables, run_progress
+
+    with _bad_input():
+        try:
+            if seeds < 1:
+                raise cmp.CompareError(f"--seeds must be at least 1 (got {seeds})")
+            paths = list(trace) + [sample_path(s) for s in sample] or [sample_path("philly-sample")]
+            workloads = cmp.load_workloads(paths, window, load_scale)
+            topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
+            names = cmp.policy_names(policy)
+            total = len(workloads) * len(names) * seeds
+            with run_progress(total) as on_done:
+                result = cmp.compare(workloads, topo, names, range(seeds), workers=workers, on_done=on_done)
+        except cmp.CompareError as e:
+            raise _fail(str(e)) from None
+    if out is not None:
+        typer.echo(f"wrote {', '.join(str(f) for f in cmp.write_outputs(result, out))}", err=True)
+    typer.echo(json.dumps(result.as_json(), indent=2)) if as_json else comparison_tables(result)
+
+
+@app.command()
+def train(
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace to learn from (default: the bundled Philly dev trace)."),
+    days: str = typer.Option("0:30", "--days", help="START:END days of the trace to train on (hold out the rest for evaluation)."),
+    steps: int = typer.Option(200_000, "--steps", help="PPO environment steps."),
+    seed: int = typer.Option(1, "--seed", help="Seed for everything (windows, clusters, network init)."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="Stop after this many seconds, saving the best model."),
+    out_dir: Path = typer.Option(Path("runs/attentive"), "--out-dir", help="Checkpoints, metrics.csv/json and best.pt go here."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also copy the best model to this file (e.g. model.pt)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUT_DIR/checkpoint.pt."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar with running reward and metrics."),
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML of PPOConfig settings and [reward] weights (options given here win)."),
+    reward_jct: Optional[float] = typer.Option(None, "--reward-jct", help="Weight of the JCT/wait reward term (default 1)."),
+    reward_fairness: Optional[float] = typer.Option(None, "--reward-fairness", help="Weight of the fairness term over users' waits (default 2)."),
+    reward_comm: Optional[float] = typer.Option(None, "--reward-comm", help="Weight of the communication-cost term (default 2)."),
+) -> None:
+    """Train the attentive job and GPU agents with PPO (CPU works; a GPU is used when present).
+
+    Trains on windows of the trace over a curriculum of cluster sizes, validates on the
+    days after the training window, and keeps the best model. See docs/agents.md.
+    """
+    import shutil
+    from dataclasses import replace
+
+    from attentived.agents.ppo import PPOConfig
+    from attentived.agents.ppo import train as run_training
+    from attentived.agents.train_config import TrainConfigError, apply_settings, load_train_config
+
+    with _bad_input():
+        try:
+            lo, hi = (float(x) for x in days.split(":"))
+        except ValueError:
+            raise _fail(f"--days takes START:END in days, e.g. 0:30 (got {days!r})") from None
+        if steps < 1:
+            raise _fail(f"--steps must be positive (got {steps})")
+        if trace is not None and not trace.is_file():
+            raise _fail(f"{trace}: no such file")
+        try:
+            cfg = load_train_config(config) if config else PPOConfig()
+            reward = {k: v for k, v in (("jct", reward_jct), ("fairness", reward_fairness), ("comm", reward_comm)) if v is not None}
+            cfg = apply_settings(cfg, {"reward": reward} if reward else {}, "command line")
+        except TrainConfigError as e:
+            raise _fail(str(e)) from None
+        cfg = replace(
+            cfg, seed=seed, out_dir=str(out_dir), total_steps=steps, time_budget_s=time_budget,
+            train_trace=str(trace) if trace else cfg.train_trace, train_days=(lo, hi), val_days=(hi, hi + 10.0),
+        )
+        best = run_training(cfg, progress=progress, resume=resume)
+    if out is not None:
+        shutil.copyfile(best, out)
+        best = out
+    typer.echo(f"model: {best}")
+
+
+@app.command()
+def evaluate(
+    model: Path = typer.Argument(..., help="Model file (attentive-default.pt or one from `attentived train`)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace to evaluate on (default: Philly days 40-47, held out from training)."),
+    start: Optional[str] = typer.Option(None, "--start", help="Window start (e.g. 40d); default 40d for the bundled Philly trace."),
+    end: Optional[str] = typer.Option(None, "--end", help="Window end (e.g. 47d); default 47d for the bundled Philly trace."),
+    nodes: int = typer.Option(16, "--nodes", help="Quick shape: number of nodes."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node."),
+    nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster TOML file; overrides --nodes."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Baselines to compare with (repeat); default every preset."),
+    seeds: int = typer.Option(1, "--seeds", help="Average over seeds 0..N-1 (time limits and models are redrawn)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the same JSON shape as `replay --json` (means over seeds)."),
+) -> None:
+    """Evaluate a trained model against the baselines: the same table and JSON as `replay`."""
+    from attentived.agents.ppo import evaluate as run_evaluation
+    from attentived.agents.registry import PRESETS
+    from attentived.simulator.samples import sample_path
+    from attentived.simulator.trace import load_trace, parse_duration
+
+    from .render import summary_table
+
+    with _bad_input():
+        if seeds < 1:
+            raise _fail(f"--seeds must be at least 1 (got {seeds})")
+        if not model.is_file():
+            raise _fail(f"{model}: no such model file")
+        bundled = trace is None
+        window = {}
+        for opt, val, default in (("start", start, "40d"), ("end", end, "47d")):
+            if val is not None or bundled:
+                try:
+                    window[opt] = parse_duration(val if val is not None else default)
+                except ValueError as e:
+                    raise _fail(f"--{opt}: {e}") from None
+        tr = load_trace(sample_path("philly") if bundled else trace, **window)
+        topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
+        ev = run_evaluation(model, tr, topo, seeds=tuple(range(seeds)), baselines=policy or tuple(PRESETS))
+    doc = ev.as_json()
+    if as_json:
+        from attentived.simulator.metrics import SUMMARY_KEYS
+
+        doc = {"trace": doc["trace"], "cluster": doc["cluster"],
+               "policies": {n: {k: m[k] for k in SUMMARY_KEYS} for n, m in doc["policies"].items()}}
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        summary_table(f"{tr.name}: {len(tr.jobs)} jobs on {topo.num_gpus} GPUs, mean of {seeds} seed(s)", doc["policies"])
+
+
+# ---- operator commands: status, queue, explain, decisions, config check, shadow-report, trace export ----
+# Exit codes (docs/operations.md): 0 answered, 1 could not answer (Slurm unreachable, no state
+# directory or journal, unknown job), 2 bad input (config, option values), 3 `status`: not running.
+
+_CONFIG_HELP = "Daemon config file (default /etc/attentived/config.toml; built-in defaults when absent): where the state directory and Slurm are."
+
+
+def _ops_error(e: Exception, as_json: bool) -> typer.Exit:
+    """One line on stderr (and with --json an error object on stdout); the error's exit code."""
+    code = getattr(e, "code", 1)
+    typer.echo(f"attentived: error: {e}", err=True)
+    if as_json:
+        typer.echo(json.dumps({"error": str(e), "exit_code": code}))
+    return typer.Exit(code)
+
+
+def _ops_config(config: Optional[Path], as_json: bool):
+    from attentived.daemon.inspect import InspectError, load_config
+
+    try:
+        return load_config(config)
+    except InspectError as e:
+        raise _ops_error(e, as_json) from None
+
+
+def _ops_time(value: Optional[str], option: str, as_json: bool) -> Optional[float]:
+    from attentived.daemon.inspect import InspectError, parse_time
+
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as e:
+        raise _ops_error(InspectError(f"{option}: {e}", 2), as_json) from None
+
+
+@app.command()
+def status(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+    no_slurm: bool = typer.Option(False, "--no-slurm", help="Do not contact Slurm (scontrol ping)."),
+) -> None:
+    """Is the daemon running? Mode, policy, last cycle, errors, Slurm reachable, partitions.
+
+    Exit 0 when it runs, 3 when it does not, 1 when its state directory is missing."""
+    from attentived.daemon import inspect as ins
+
+    from . import render_ops
+
+    cfg = _ops_config(config, as_json)
+    doc = ins.status(cfg, probe=not no_slurm)
+    typer.echo(render_ops.to_json(doc)) if as_json else render_ops.status(doc)
+    if not doc["daemon"]["state_dir_exists"]:
+        raise typer.Exit(ins.EXIT_ERROR)
+    if not doc["daemon"]["running"]:
+        raise typer.Exit(ins.EXIT_NOT_RUNNING)
+
+
+@app.command()
+def queue(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the queue as JSON."),
+    limit: int = typer.Option(200, "--limit", help="Show at most this many jobs."),
+) -> None:
+    """Pending jobs in the order attentived plans them, with score, planned GPUs, expected
+    start, and what Slurm itself would do (its priority order, squeue --start)."""
+    from attentived.daemon import inspect as ins
+
+    from . import render_ops
+
+    cfg = _ops_config(config, as_json)
+    try:
+        doc = ins.queue(cfg, limit=max(1, limit))
+    except ins.InspectError as e:
+        fallback = ins.queue_from_journal(cfg) if "Slurm" in str(e) else None
+        if fallback is not None and not as_json:
+            render_ops.queue_journal(fallback)
+        raise _ops_error(e, as_json) from None
+    typer.echo(render_ops.to_json(doc)) if as_json else render_ops.queue(doc)
+
+
+@app.command()
+def explain(
+    job: str = typer.Argument(..., help="Slurm job id."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
+) -> None:
+    """Why a job is where it is: rank and probability, competing jobs (attention), chosen GPUs
+    vs alternatives with their communication cost, and the user's waiting vs others'."""
+    from attentived.daemon import inspect as ins
+    from attentived.daemon.explain import explain as run_explain
+
+    from . import render_ops
+
+    cfg = _ops_config(config, as_json)
+    try:
+        doc = run_explain(cfg, job)
+    except ins.InspectError as e:
+        raise _ops_error(e, as_json) from None
+    typer.echo(render_ops.to_json(doc)) if as_json else render_ops.explain(doc)
+
+
+@app.command()
+def decisions(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    since: Optional[str] = typer.Option(None, "--since", help="Only after this time: 30m, 2h, 1d (ago), 2026-11-29T22:00, Unix seconds."),
+    job: Optional[str] = typer.Option(None, "--job", "-j", help="Only this job: its actions, placement and place in each plan."),
+    limit: int = typer.Option(50, "--limit", help="At most this many cycles / actions / plans."),
+    as_json: bool = typer.Option(False, "--json", help="Print the journal extract as JSON."),
+) -> None:
+    """The decision journal: cycles, plans and the Slurm actions taken, with their results."""
+    from attentived.daemon import inspect as ins
+
+    from . import render_ops
+
+    cfg = _ops_config(config, as_json)
+    t = _ops_time(since, "--since", as_json)
+    try:
+        doc = ins.decisions(cfg, since=t, job=job, limit=max(1, limit))
+    except ins.InspectError as e:
+        raise _ops_error(e, as_json) from None
+    typer.echo(render_ops.to_json(doc)) if as_json else render_ops.decisions(doc)
+
+
+config_app = typer.Typer(help="Check a daemon config file.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("check")
+def config_check(
+    file: Optional[Path] = typer.Argument(None, help="Config file (default /etc/attentived/config.toml)."),
+    no_slurm: bool = typer.Option(False, "--no-slurm", help="Check the file only, not the Slurm it points at."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+) -> None:
+    """Validate a config file and the Slurm settings it needs (scheduler, priorities, GRES,
+    partitions, topology files). Exit 0 ready, 1 an error found, 2 invalid file."""
+    from attentived.daemon import inspect as ins
+
+    from . import render_ops
+
+    try:
+        doc = ins.config_check(file, slurm=not no_slurm)
+    except ins.InspectError as e:
+        raise _ops_error(e, as_json) from None
+    typer.echo(render_ops.to_json(doc)) if as_json else render_ops.config_check(doc)
+    if not doc["ok"]:
+        raise typer.Exit(ins.EXIT_ERROR)
+
+
+@app.command("shadow-report")
+def shadow_report(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    since: Optional[str] = typer.Option(None, "--since", help="Jobs submitted after this time (30m, 2h, 1d ago, ISO, Unix seconds)."),
+    until: Optional[str] = typer.Option(None, "--until", help="... and before this time (default now)."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to project (repeat); default the configured one."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for modelled time limits and workload models (default the config's)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write report.json, jobs.csv and shadow-report.png here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Compare Slurm as observed in shadow mode with attentived's policy replayed on the same
+    arrivals: projected change in JCT, wait fairness (Jain) and communication cost."""
+    from attentived.agents.registry import UnknownPolicy, make_policy
+    from attentived.daemon import inspect as ins
+    from attentived.daemon import shadow as sh
+    from attentived.daemon.config import is_learned
+
+    from . import render_ops
+
+    cfg = _ops_config(config, as_json)
+    t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
+    try:
+        if not ins.state_dir_of(cfg).is_dir():
+            raise ins.InspectError(f"state directory {cfg.state_dir} does not exist: the daemon has never run with "
+                                   f"this config ({cfg.source})")
+        rows, meta = sh.read_observations(cfg.state_dir)
+        live = None
+        try:
+            live = ins.connect(cfg)
+            topo = live.topology
+        except ins.InspectError:
+            from attentived.daemon.topology_source import load_topology
+
+            topo, _src = load_topology(cluster_file=cfg.cluster_file, gres_conf=cfg.gres_conf,
+                                       topology_conf=cfg.topology_conf, slurm_conf=cfg.slurm_conf)
+        policies = []
+        for name in policy or [cfg.policy]:
+            if is_learned(name):
+                from attentived.agents.attentive import load_attentive
+
+                policies.append(load_attentive(cfg.model or None, seed=cfg.seed))
+            else:
+                policies.append(make_policy(name, cfg.seed))
+        report = sh.build_report(rows, topo, policies, since=t0, until=t1,
+                                 seed=cfg.seed if seed is None else seed, meta=meta)
+    except (ins.InspectError, sh.ShadowError) as e:
+        raise _ops_error(e, as_json) from None
+    except UnknownPolicy as e:
+        raise _ops_error(ins.InspectError(str(e), 2), as_json) from None
+    except Exception as e:  # topology files unreadable, a model that does not load
+        raise _ops_error(ins.InspectError(f"{type(e).__name__}: {e}"), as_json) from None
+    doc = report.as_json()
+    if out is not None:
+        files = sh.write_report(report, out)
+        typer.echo(f"wrote {', '.join(str(f) for f in files)}", err=True)
+    typer.echo(render_ops.to_json(doc)) if as_json else render_ops.shadow_report(doc)
+    if out is None and not as_json:
+        typer.echo("(add --out DIR for the plot, report.json and jobs.csv)", err=True)
+
+
+trace_app = typer.Typer(help="Job traces from this site's Slurm.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("export")
+def trace_export(
+    output: Path = typer.Option(..., "--output", "-o", help="CSV file to write (generic trace format; written atomically)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    since: Optional[str] = typer.Option(None, "--since", help="Jobs submitted after this time (30m, 2h, 7d ago, ISO, Unix seconds)."),
+    until: Optional[str] = typer.Option(None, "--until", help="... and before this time (default now)."),
+    hash_users: bool = typer.Option(False, "--hash-users", help="Replace user names by salted hashes."),
+    salt: Optional[str] = typer.Option(None, "--salt", help="Salt for --hash-users (or $ATTENTIVED_TRACE_SALT); default random."),
+    as_json: bool = typer.Option(False, "--json", help="Print the export summary as JSON on stdout."),
+) -> None:
+    """Export finished GPU jobs (sacct, else the job-completion file + squeue) as a trace that
+    `attentived replay` and `attentived train --trace` read."""
+    from attentived.daemon import inspect as ins
+    from attentived.daemon.export import export_trace
+
+    from . import render_ops
+
+    cfg = _ops_config(config, as_json)
+    t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
+    try:
+        doc = export_trace(cfg, output, since=t0, until=t1, hash_users=hash_users, salt=salt)
+    except ins.InspectError as e:
+        raise _ops_error(e, as_json) from None
+    typer.echo(render_ops.to_json(doc)) if as_json else render_ops.export_summary(doc)
+
+
+def _topology_live(config: Optional[Path], as_json: bool) -> None:
+    """`attentived topology --slurm`: the daemon's topology with used/free GPUs from Slurm."""
+    from attentived.daemon import inspect as ins
+
+    from . import render_ops
+    from .render import topology_tree
+
+    cfg = _ops_config(config, as_json)
+    try:
+        live = ins.connect(cfg)
+        doc = ins.topology_live(cfg, live)
+    except ins.InspectError as e:
+        raise _ops_error(e, as_json) from None
+    if as_json:
+        typer.echo(render_ops.to_json(doc))
+        return
+    topology_tree(live.topology, live.state.free)
+    render_ops.topology_live(doc)
+
+
+@app.command()
+def demo(
+    jobs: int = typer.Option(40, "--jobs", help="Jobs in the workload (a window of the bundled Philly trace)."),
+    users: int = typer.Option(3, "--users", help="Demo users the trace's tenants are mapped onto (1-3: alice, bob, carol)."),
+    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="Trace seconds per demo second for job durations (default: picked so each run takes about two minutes)."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="attentived's policy (default: attentive when its shipped model is there, else fifo+consolidate)."),
+    seed: int = typer.Option(0, "--seed", help="Picks the trace window and the jobs' models."),
+    keep_cluster: bool = typer.Option(False, "--keep-cluster", help="Leave the demo's Slurm running afterwards (. /tmp/attentived-demo/env.sh; squeue -t all)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write demo.json, jobs.csv, Slurm's raw records, the daemon's log and PNG plots here."),
+) -> None:
+    """Run one workload on a local 4-node Slurm twice: Slurm alone, then steered live by attentived.
+
+    Needs root (it starts its own slurmctld, slurmd and munged; installs Slurm and munge with
+    apt when missing). Prints, from Slurm's own records, JCT, waits, fairness, communication
+    slowdown and makespan of both runs next to the simulator's prediction. Exit 1 when a run
+    failed, 2 for bad options, 3 when this machine cannot run the cluster, 130 on Ctrl-C.
+    """
+    from attentived.daemon.demo import EXIT_INTERRUPTED, DemoError, DemoOptions, run_demo
+
+    from .render_demo import live_view, result_table, write_outputs
+
+    options = DemoOptions(jobs=jobs, users=users, time_scale=time_scale, policy=policy, seed=seed,
+                          keep_cluster=keep_cluster)
+    try:
+        with live_view() as on_event:
+            result = run_demo(options, on_event)
+    except DemoError as e:
+        raise _fail(str(e), e.code) from None
+    except KeyboardInterrupt:
+        typer.echo("attentived: demo interrupted: daemon stopped, demo jobs cancelled, reservations deleted"
+                   + ("" if keep_cluster else ", cluster stopped"), err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    result_table(result)
+    if out is not None:
+        typer.echo(f"wrote {', '.join(str(f) for f in write_outputs(result, out))}", err=True)
+    if keep_cluster:
+        typer.echo(f"the demo's Slurm is still running: . {options.run_dir}/env.sh; squeue -t all "
+                   f"(stop it: bash {Path(__file__).parent / 'slurmlab' / 'stop.sh'} --run {options.run_dir})", err=True)
+    if not all(run.complete for run in result.runs.values()):
+        raise _fail("not every job completed (see the table)", 1)

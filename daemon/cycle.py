@@ -113,9 +113,17 @@ class Engine:
         self._known_active: set[str] = set()
         self._last_managed: set[str] = set()
         self._planned: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # Shadow mode (``attentived start --shadow``): plan and journal beside Slurm's own
+        # scheduler, change nothing, and record what Slurm does (daemon/shadow.py).
+        self.shadow = False
+        self._observer: Any = None
         self._load_policy()
 
     # ---- configuration ------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return "shadow" if self.shadow else ("dry-run" if self.config.dry_run else "live")
+
     @property
     def settings(self) -> Settings:
         return Settings.from_config(self.config)
@@ -184,7 +192,8 @@ class Engine:
     def run_cycle(self, dry_run: bool | None = None) -> CycleResult:
         with self._lock:
             self.seq += 1
-            res = CycleResult(new_cycle_id(self.seq), time.time(), dry_run=self.config.dry_run if dry_run is None else dry_run)
+            res = CycleResult(new_cycle_id(self.seq), time.time(),
+                              dry_run=self.shadow or (self.config.dry_run if dry_run is None else dry_run))
             with dlog.bind_cycle(res.cycle_id):
                 if time.monotonic() < self.backoff_until:
                     res.skipped = True
@@ -231,6 +240,8 @@ class Engine:
             self.log.warning("snapshot.warning", message=w)
         self._track_starts(snap, built, res)
         res.counts = dict(built.counts, free_gpus=built.state.num_free)
+        if self.shadow:
+            self._observe(snap, built, res)
 
         t = time.monotonic()
         plan = self._decide(built)
@@ -264,6 +275,19 @@ class Engine:
                                      reservation=o.action.reservation or None, value=o.action.value or None,
                                      nodes=list(o.action.nodes) or None, ok=o.ok, error=o.error or None,
                                      dry_run=o.dry_run, reason=o.action.reason)
+
+    def _observe(self, snap: Snapshot, built: Built, res: CycleResult) -> None:
+        """Shadow mode: record arrivals, starts and ends as Slurm made them."""
+        try:
+            if self._observer is None:
+                from .shadow import Observer
+
+                self._observer = Observer.in_state_dir(self.config.state_dir, max_rows=self.config.journal_max_rows)
+            changed = self._observer.observe(snap, built, res.cycle_id)
+            res.counts["observed_changes"] = changed
+        except Exception as e:  # observations are best effort: the plan still gets journaled
+            self.metrics.errors.inc(kind="journal")
+            self.log.error("shadow.observe_failed", error=f"{type(e).__name__}: {e}")
 
     def _decide(self, built: Built) -> Plan:
         assert self.policy is not None
@@ -392,7 +416,8 @@ class Engine:
         try:
             self.journal.record_cycle(
                 res.cycle_id, started=res.started, duration=res.duration, policy=self.policy_name,
-                mode="dry-run" if res.dry_run else "live", status="ok" if res.ok else res.error_kind or "error",
+                mode="shadow" if self.shadow else ("dry-run" if res.dry_run else "live"),
+                status="ok" if res.ok else res.error_kind or "error",
                 error=res.error, pending=res.counts.get("managed", 0), running=res.counts.get("running", 0),
                 actions=len(res.outcomes), failed=res.failed, timings=res.timings, plan=res.plan_doc,
                 outcomes=[{**o.action.as_dict(), "argv": o.argv, "ok": o.ok, "error": o.error, "dry_run": o.dry_run}
@@ -413,7 +438,7 @@ class Engine:
         return {
             "pid": os.getpid(),
             "started_at": self.started_at,
-            "mode": "dry-run" if self.config.dry_run else "live",
+            "mode": self.mode,
             "policy": self.policy_name,
             "policy_configured": self.config.policy,
             "policy_fallback": self.policy_fallback or None,

@@ -222,6 +222,49 @@ class Journal:
     def iter_placements(self) -> Iterator[dict[str, Any]]:
         yield from self._query("SELECT * FROM placements ORDER BY seq")
 
+    # ---- reading, for the inspection commands (read-only helpers) ------------------------
+    @classmethod
+    def open_readonly(cls, path: str | Path) -> Journal:
+        """Open an existing journal for reading only: no directory, table or WAL setting is
+        created, so inspecting never changes the daemon's state. ``FileNotFoundError`` when
+        there is no journal. Falls back to SQLite's ``immutable`` mode when the WAL's shared
+        memory file cannot be opened (a reader without write access to the state dir)."""
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(2, "no journal", str(p))
+        self = cls.__new__(cls)
+        self.path, self.max_rows, self.max_plans = p, 0, 0
+        self._lock = threading.Lock()
+        uri = p.resolve().as_uri()
+        try:
+            self._db = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False, timeout=10,
+                                       isolation_level=None)
+            self._db.execute("SELECT 1 FROM cycles LIMIT 1").fetchall()
+        except sqlite3.OperationalError:
+            self._db = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False, isolation_level=None)
+        return self
+
+    def cycles_between(self, since: float | None = None, until: float | None = None,
+                       limit: int = 100) -> list[dict[str, Any]]:
+        """Cycles started in [since, until), newest first."""
+        where, args = ["started >= ?", "started < ?"], [since if since is not None else 0.0,
+                                                       until if until is not None else float("inf")]
+        return self._query(f"SELECT * FROM cycles WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+                           (*args, limit))
+
+    def plans_between(self, since: float | None = None, until: float | None = None,
+                      limit: int = 100) -> list[dict[str, Any]]:
+        """Plans (decoded) created in [since, until), newest first."""
+        rows = self._query("SELECT cycle_id, created, plan FROM plans WHERE created >= ? AND created < ?"
+                           " ORDER BY seq DESC LIMIT ?",
+                           (since if since is not None else 0.0, until if until is not None else float("inf"), limit))
+        return [{"cycle_id": r["cycle_id"], "created": r["created"], **json.loads(r["plan"])} for r in rows]
+
+    def plan_of(self, cycle_id: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT cycle_id, created, plan FROM plans WHERE cycle_id = ? ORDER BY seq DESC LIMIT 1",
+                           (cycle_id,))
+        return {"cycle_id": rows[0]["cycle_id"], "created": rows[0]["created"], **json.loads(rows[0]["plan"])} if rows else None
+
     # ---- bounds ---------------------------------------------------------------------------
     def rotate(self) -> int:
         """Delete the oldest rows beyond the bounds; returns how many went."""

@@ -48,9 +48,12 @@ class _StdlibToStructlog(logging.Handler):
 class Service:
     def __init__(self, config_path: str | os.PathLike[str] | None = None, *, dry_run: bool | None = None,
                  config: cfgmod.Config | None = None, backend: Backend | None = None,
-                 notifier: Notifier | None = None, engine_factory: Callable[..., Engine] | None = None) -> None:
+                 notifier: Notifier | None = None, engine_factory: Callable[..., Engine] | None = None,
+                 shadow: bool = False) -> None:
         self.config_path = None if config_path is None else str(config_path)
         self.overrides: dict[str, Any] = {} if dry_run is None else {"dry_run": bool(dry_run)}
+        if shadow:  # shadow = plan + journal + observe, never apply
+            self.overrides["dry_run"] = True
         base = config if config is not None else cfgmod.load(self.config_path)
         self.config = base.with_overrides(**self.overrides)
         dlog.configure(self.config.log_level, self.config.log_format)
@@ -65,6 +68,7 @@ class Service:
         self.metrics = Metrics()
         self.metrics_server: MetricsServer | None = None
         self.engine = (engine_factory or Engine)(self.config, backend=backend, metrics=self.metrics, notifier=self.notifier)
+        self.engine.shadow = bool(shadow)
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._scheduler: Any = None
@@ -87,7 +91,7 @@ class Service:
                 f"{len(res.outcomes)} actions, {res.duration:.2f}s")
 
     def run_once(self) -> int:
-        self.log.info("service.once", config=self.config.source, dry_run=self.config.dry_run)
+        self.log.info("service.once", config=self.config.source, dry_run=self.config.dry_run, mode=self.engine.mode)
         try:
             res = self.engine.run_cycle()
             if res.snapshot_ok:
@@ -104,7 +108,7 @@ class Service:
         self._install_signals()
         self._start_metrics()
         self.log.info("service.start", config=self.config.source, policy=self.engine.policy_name,
-                      interval=self.config.interval, dry_run=self.config.dry_run,
+                      interval=self.config.interval, dry_run=self.config.dry_run, mode=self.engine.mode,
                       partitions=list(self.config.partitions), hold_mode=self.config.hold_mode,
                       metrics=f"{self.config.metrics_address}:{self.metrics_server.port}" if self.metrics_server else None,
                       pid=os.getpid())
@@ -199,19 +203,24 @@ class Service:
         close = getattr(self.engine.backend, "close", None)
         if close:
             close()
+        observer = getattr(self.engine, "_observer", None)
+        if observer is not None:
+            observer.close()
         self.engine.journal.close()
 
 
-def main(config_path: str | os.PathLike[str] | None = None, *, dry_run: bool = False, once: bool = False) -> int:
+def main(config_path: str | os.PathLike[str] | None = None, *, dry_run: bool = False, once: bool = False,
+         shadow: bool = False) -> int:
     """``attentived start``: exit 0 on a clean stop (or a good ``--once`` cycle), 1 when the
-    cycle failed, 2 for an invalid config."""
+    cycle failed, 2 for an invalid config. ``shadow``: plan and record beside Slurm's own
+    scheduler, change nothing (``attentived shadow-report`` reads what it recorded)."""
     try:
         base = cfgmod.load(None if config_path is None else Path(config_path))
     except cfgmod.ConfigError as e:
         print(f"attentived: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        service = Service(config_path, dry_run=True if dry_run else None, config=base)
+        service = Service(config_path, dry_run=True if dry_run else None, config=base, shadow=shadow)
     except (OSError, ValueError) as e:
         print(f"attentived: error: {e}", file=sys.stderr)
         return EXIT_FAILED

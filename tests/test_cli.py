@@ -27,7 +27,7 @@ def test_replay_json_has_every_key_for_every_policy():
     doc = json.loads(r.stdout)
     assert doc["trace"] == "tiresias-60"
     assert doc["cluster"] == {"nodes": 4, "gpus": 32}
-    assert len(doc["policies"]) >= 9
+    assert len(doc["policies"]) >= 10 and "attentive" in doc["policies"]
     for name, m in doc["policies"].items():
         assert list(m) == list(SUMMARY_KEYS), name
         assert m["jobs"] == 60
@@ -105,3 +105,26 @@ def test_topology_tree_and_json(tmp_path):
     bad.write_text("[[nodes]]\nnames = 'n[1-2]'\ngpus = 'eight'\n")
     r = cli("topology", "--cluster", str(bad))
     assert r.returncode == 2 and "c.toml" in r.stderr
+
+
+def test_replay_with_the_shipped_agent_and_a_model_flag(tmp_path):
+    r = cli("replay", "--sample", "tiresias-60", "--policy", "attentive", "--policy", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    assert set(json.loads(r.stdout)["policies"]) == {"attentive", "fifo"}
+    bad = tmp_path / "broken.pt"
+    bad.write_bytes(b"not a model")
+    r = cli("replay", "--sample", "tiresias-60", "--policy", "attentive", "--model", str(bad))
+    assert r.returncode == 2 and "broken.pt" in r.stderr
+
+
+@pytest.mark.slow
+def test_train_then_evaluate_round_trip(tmp_path):
+    model = tmp_path / "model.pt"
+    r = cli("train", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--out", str(model), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert model.is_file() and (tmp_path / "run" / "metrics.csv").is_file()
+    r = cli("evaluate", str(model), "--trace", str(sample_path("tiresias-60")), "--nodes", "4", "-p", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc["policies"]) == {"attentive", "fifo"}
+    assert list(doc["policies"]["attentive"]) == list(SUMMARY_KEYS)
