@@ -48,7 +48,9 @@ class Notifier:
 
     def ready(self, status: str = "") -> bool:
         sent = self.send("READY=1", *( [f"STATUS={status}"] if status else []), f"MAINPID={os.getpid()}")
-        self.ready_sent = self.ready_sent or sent
+        # Without $NOTIFY_SOCKET there is nobody to tell: readiness is settled either way
+        # (otherwise the service would log "ready" again after every cycle).
+        self.ready_sent = self.ready_sent or sent or not self.address
         return sent
 
     def watchdog(self) -> bool:
