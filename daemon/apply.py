@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -343,6 +345,7 @@ def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = Fals
     ``scontrol update``). Never raises for a failed action: each gets its ``Outcome``."""
     if dry_run:
         return [Outcome(a, True, dry_run=True) for a in actions]
+    crash_after = _crash_after()
     out: list[Outcome] = []
     i = 0
     while i < len(actions):
@@ -350,12 +353,40 @@ def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = Fals
             j = i
             while j < len(actions) and actions[j].kind in JOB_KINDS:
                 j += 1
-            out.extend(_run_job_updates(actions[i:j], backend))
+            if crash_after is None:
+                out.extend(_run_job_updates(actions[i:j], backend))
+            else:  # test hook: one job per scontrol call so the crash can land between them
+                k = i
+                while k < j:
+                    m = k + 1
+                    while m < j and actions[m].job_id == actions[k].job_id:
+                        m += 1
+                    out.extend(_run_job_updates(actions[k:m], backend))
+                    _maybe_crash(len(out), crash_after)
+                    k = m
             i = j
         else:
             out.append(_run_reservation(actions[i], backend))
             i += 1
+            if crash_after is not None:
+                _maybe_crash(len(out), crash_after)
     return out
+
+
+CRASH_ENV = "ATTENTIVED_TEST_CRASH_AFTER_ACTIONS"
+
+
+def _crash_after() -> int | None:
+    """Fault-injection hook for tests (docs/reliability.md), off unless the environment sets
+    ``ATTENTIVED_TEST_CRASH_AFTER_ACTIONS=N``: the daemon SIGKILLs itself right after its Nth
+    Slurm action of a cycle, so tests can check that the next run reconciles."""
+    raw = os.environ.get(CRASH_ENV, "")
+    return int(raw) if raw.strip().isdigit() else None
+
+
+def _maybe_crash(done: int, crash_after: int) -> None:
+    if done >= crash_after:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _job_fields(a: Action) -> tuple[tuple[str, str], ...]:

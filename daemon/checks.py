@@ -70,3 +70,34 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
     if conf.get("TopologyPlugin", "") in ("", "topology/none", "(null)"):
         out.append(Finding("info", "TopologyPlugin", "no topology plugin: switches come from topology.conf or the cluster file only"))
     return out
+
+
+OPERATOR_LEVELS = ("operator", "administrator")
+
+
+def operator_problem(user: str, uid: int, slurm_user: str, accounting: str, admin_level: str | None) -> str:
+    """Why Slurm will refuse the daemon's writes ("" when it will not).
+
+    Changing other users' jobs (``scontrol update JobId=... Priority=/ReqNodeList=``) and
+    creating reservations need root, SlurmUser, or AdminLevel Operator/Administrator in the
+    accounting database. ``admin_level`` is what ``sacctmgr show user`` said (None: it could
+    not be asked). Read-only probe: nothing in Slurm is changed to find out."""
+    slurm_user = slurm_user.split("(")[0].strip()
+    if uid == 0 or (slurm_user and user == slurm_user):
+        return ""
+    if admin_level is not None and admin_level.strip().lower() in OPERATOR_LEVELS:
+        return ""
+    need = ("Slurm operator rights: 'scontrol update' of other users' jobs (Priority, ReqNodeList) and "
+            "'scontrol create reservation' will fail (Slurm 22.05 answers 'Invalid user id'; other versions "
+            "'Access/permission denied')")
+    if admin_level is None:
+        where = (f"this Slurm has no accounting database (AccountingStorageType={accounting or '?'}), so it cannot "
+                 "grant AdminLevel=Operator" if accounting in ("", "accounting_storage/none")
+                 else "'sacctmgr show user' could not be asked for its AdminLevel")
+        fix = (f"run attentived as root or as SlurmUser ({slurm_user or '?'})" if accounting in ("", "accounting_storage/none")
+               else f"grant it with 'sacctmgr modify user {user} set AdminLevel=Operator', or run as root/SlurmUser")
+        return (f"attentived runs as {user} (uid {uid}), which is neither root nor SlurmUser ({slurm_user or '?'}); "
+                f"{where}. Missing: {need}. Fix: {fix}, or use --dry-run / --shadow, which change nothing.")
+    return (f"attentived runs as {user} (uid {uid}) with AdminLevel={admin_level.strip() or 'None'}: missing {need}. "
+            f"Fix: 'sacctmgr modify user {user} set AdminLevel=Operator' (or run as root/SlurmUser {slurm_user or '?'}), "
+            "or use --dry-run / --shadow, which change nothing.")

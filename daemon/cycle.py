@@ -188,6 +188,39 @@ class Engine:
                           nodes=len(self.topology.nodes), gpus=self.topology.num_gpus)
         self.setup_done = True
 
+    def permission_problem(self) -> str:
+        """Start-up probe for live mode: "" or why Slurm will refuse the daemon's writes
+        (``checks.operator_problem``). Read-only; skipped for backends without commands
+        (the in-memory Slurm) and when Slurm cannot be asked (the cycles will say so)."""
+        run = getattr(self.backend, "run", None)
+        if run is None or self.config.dry_run or self.shadow:
+            return ""
+        import pwd
+
+        from .checks import operator_problem
+
+        uid = os.geteuid()
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = str(uid)
+        try:
+            conf = self.backend.config()
+        except SlurmError as e:
+            self.log.warning("startup.permission_probe_skipped", error=str(e))
+            return ""
+        slurm_user = conf.get("SlurmUser", "")
+        if uid == 0 or slurm_user.split("(")[0].strip() == user:
+            return ""
+        level: str | None = None
+        try:
+            proc = run(["sacctmgr", "-n", "-P", "show", "user", user, "format=AdminLevel"], check=False)
+            if proc.returncode == 0 and proc.stdout.strip():
+                level = proc.stdout.strip().splitlines()[0]
+        except SlurmError:
+            level = None
+        return operator_problem(user, uid, slurm_user, conf.get("AccountingStorageType", ""), level)
+
     # ---- the cycle ----------------------------------------------------------------------
     def run_cycle(self, dry_run: bool | None = None) -> CycleResult:
         with self._lock:

@@ -90,8 +90,19 @@ class Service:
                 f"{'ok' if res.ok else 'error: ' + res.error[:80]}; {res.counts.get('managed', 0)} queued, "
                 f"{len(res.outcomes)} actions, {res.duration:.2f}s")
 
+    def permissions_ok(self) -> bool:
+        """Live mode only: refuse to start without the Slurm rights the daemon's writes need."""
+        problem = self.engine.permission_problem()
+        if problem:
+            self.log.error("startup.permission_denied", error=problem)
+            print(f"attentived: error: {problem}", file=sys.stderr)
+        return not problem
+
     def run_once(self) -> int:
         self.log.info("service.once", config=self.config.source, dry_run=self.config.dry_run, mode=self.engine.mode)
+        if not self.permissions_ok():
+            self._close()
+            return EXIT_FAILED
         try:
             res = self.engine.run_cycle()
             if res.snapshot_ok:
@@ -105,6 +116,9 @@ class Service:
         from apscheduler.schedulers.background import BackgroundScheduler
         from apscheduler.triggers.interval import IntervalTrigger
 
+        if not self.permissions_ok():
+            self._close()
+            return EXIT_FAILED
         self._install_signals()
         self._start_metrics()
         self.log.info("service.start", config=self.config.source, policy=self.engine.policy_name,
