@@ -32,9 +32,7 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,6 +42,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attentived.agents.policy import Policy
+from attentived.atomic import write_folder
 from attentived.simulator.engine import JobRecord, SimJob, Simulation
 from attentived.simulator.limits import time_limit as modelled_limit
 from attentived.simulator.metrics import summarize, user_mean_waits
@@ -413,20 +412,13 @@ def build_report(rows: Sequence[dict[str, Any]], topology: Topology, policies: S
 def write_report(report: ShadowReport, out: str | os.PathLike[str]) -> list[Path]:
     """``report.json``, ``jobs.csv`` and ``shadow-report.png`` into ``out``, all or nothing
     (written in a temporary folder beside it, then moved in)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".attentived-", dir=out))
-    try:
+
+    def fill(tmp: Path) -> None:
         (tmp / "report.json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
         _jobs_csv(report, tmp / "jobs.csv")
         plot(report, tmp / "shadow-report.png")
-        written = []
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, out / f.name)
-            written.append(out / f.name)
-        return written
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    return write_folder(out, fill)
 
 
 def _jobs_csv(report: ShadowReport, path: Path) -> None:

@@ -8,32 +8,23 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from attentived.atomic import write_folder
 
 from .metrics import user_mean_waits
 from .replay import Replay
 
 
 def write_report(rep: Replay, out: Path) -> list[Path]:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".attentived-", dir=out))
-    try:
+    def fill(tmp: Path) -> None:
         _metrics(rep, tmp / "metrics.json")
         _jobs(rep, tmp / "jobs.csv")
         _plots(rep, tmp)
-        written = []
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, out / f.name)
-            written.append(out / f.name)
-        return written
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    return write_folder(out, fill)
 
 
 def _metrics(rep: Replay, path: Path) -> None:

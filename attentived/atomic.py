@@ -1,0 +1,27 @@
+"""All-or-nothing output folders: a report is either complete or not written at all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def write_folder(out: Path, fill: Callable[[Path], None]) -> list[Path]:
+    """Let ``fill`` write its files into a temporary folder beside ``out``, then move them
+    all into ``out``. An exception in ``fill`` leaves ``out`` as it was (created if
+    missing, but with none of this run's files)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".attentived-", dir=out))
+    try:
+        fill(tmp)
+        written = []
+        for f in sorted(tmp.iterdir()):
+            os.replace(f, out / f.name)
+            written.append(out / f.name)
+        return written
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
