@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .metaheuristic import register as _register_metaheuristics
 from .order import Fifo, FairShare, OracleShortestJobFirst, ShortestJobFirst, SlurmMultifactor, Tiresias
 from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from .policy import JobChooser, Placer, Policy, Scheduler
@@ -49,6 +50,8 @@ PRESETS: dict[str, Preset] = {
     "fair-share+consolidate": Preset("fair-share", "consolidate", False, "fair-share with topology-aware placement"),
     "fifo+random": Preset("fifo", "random", False, "FIFO with random GPUs: the placement floor"),
 }
+
+_register_metaheuristics(PRESETS, ORDERS, Preset)
 
 #: Learned policies: loaded from a model file (``--model``; default the shipped one).
 LEARNED: dict[str, str] = {

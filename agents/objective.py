@@ -1,0 +1,589 @@
+"""What the meta-heuristics optimise: a look-ahead list schedule of the queue and one cost.
+
+The genetic algorithm and simulated annealing (``genetic.py``, ``annealing.py``) search
+*solutions* for a window of the pending queue: an order of its jobs and, per job, a
+placement gene. They compare solutions with `LookAhead.evaluate`, which must cost tens of
+microseconds, so the model is deliberately coarse:
+
+* **Window.** At most ``size`` jobs: the heads of the FIFO, shortest-estimate-first and
+  least-served-user-first orders, interleaved (so old, short and starved jobs are all
+  candidates), plus up to a quarter of the window from the rest of the queue that fit the
+  free GPUs now (so a search can fill idle GPUs the heads cannot use). Jobs that cannot
+  fit even when every running job ends are left out (the scheduling loop skips them too).
+* **List schedule on per-node free counts** (``model="backfill"``, the default). The
+  window is played out event by event, as the scheduling loop would re-plan it: at each
+  instant every job that fits starts, in the solution's priority order; the first job
+  that does not fit gets a *shadow time* (when enough GPUs are back, by count), and a
+  later job may start before it only if it ends by then or uses GPUs spare at that time
+  (EASY backfill). After ``DEPTH`` release events the rest of the window is a fluid
+  tail: each job starts once the GPU-seconds running and ahead of it have drained
+  through the cluster. ``model="serial"`` is the simpler serial schedule (start times
+  never decrease: a job waits for every job ahead of it), kept for comparison.
+* **Estimates only.** GPUs come back when running and newly started jobs reach their
+  *estimated* end: time limit x the user's limit accuracy (`estimated_runtimes`), never
+  the true duration; a running job already past its estimate is expected halfway
+  between now and its limit (an overdue job is evidence of a long one; expecting it to
+  end *now* made waiting look free and the search keep GPUs idle).
+* **Placement gene ``pack``.** With ``pack`` a job waits until its GPUs fit on the fewest
+  nodes (one node when it can); without it the job starts as soon as enough GPUs are free
+  anywhere, on the fullest nodes, and runs ``slowdown(model, spread)`` times longer (the
+  speed model's price of the spread for the job's declared model). Inside a node the
+  model picks the tightest node (best fit), as the consolidating placer does.
+* **Cost** (lower is better), three dimensionless terms::
+
+      w_jct  * sum(start - now + slowdown * estimate) / (n * mean estimate)
+    + w_fair * (1 - Jain over users' mean waits)
+    + w_comm * sum((slowdown - 1) * estimate * gpus) / sum(estimate * gpus)
+
+  The first is the window's remaining completion time in units of its mean job. The
+  second is the evaluation's fairness metric itself: each user's mean wait counts their
+  finished jobs, their running jobs, their pending jobs outside the window (at the wait
+  so far, a lower bound) and the window's jobs at their modelled start. The third is the
+  fraction of the window's GPU time lost to spread placements.
+
+The jobs the model starts *now* (`Schedule.now`) are the decision: the chooser ranks them
+first and passes their count to the scheduling loop as ``Ranking.startable``, so "wait
+for a packed placement" and "keep GPUs for a blocked job" are decisions the loop carries
+out. The rest of the schedule is only the model's guess at the decision's consequences.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from attentived.simulator.speed import SpeedModel
+from attentived.topology import Topology
+
+from .order import estimated_runtimes
+from .state import ClusterState
+
+NO_LIMIT_SECONDS = 7 * 86_400.0
+"""Run time assumed for a job without a time limit (it may run for ever)."""
+
+DEPTH = 12
+"""Release events the backfill model plays out event by event; after them, a fluid tail."""
+
+MIN_SCALE_SECONDS = 60.0
+"""Floor of the time unit of the JCT term, so a window of seconds-long jobs stays stable."""
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights of the cost's three terms (each dimensionless, see the module notes)."""
+
+    jct: float = 1.0
+    fairness: float = 2.0
+    comm: float = 1.0
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A point of the search space: ``order`` holds window positions (indices into
+    `LookAhead.rows`), ``pack`` the placement gene of each window job (by position in the
+    window, not in the order)."""
+
+    order: tuple[int, ...]
+    pack: tuple[bool, ...]
+    cost: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The modelled schedule of one solution, for tests and explanations (by window job)."""
+
+    start: tuple[float, ...]
+    slowdown: tuple[float, ...]
+    nodes: tuple[int, ...]
+    jct_term: float
+    fairness_term: float
+    comm_term: float
+    cost: float
+    startable: int
+    now: tuple[int, ...]  # window jobs the model starts now, in priority order
+
+
+class SlowdownTable:
+    """``slowdown(model, gpus spread evenly over k nodes)`` per (model, gpus, k), cached:
+    what a spread start costs a job of that model. Unknown models use the profile with
+    the median communication/compute ratio, as the feature encoder does."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.speed = SpeedModel(topology)
+        items = sorted(self.speed.profiles.items(), key=lambda kv: (kv[1].grad_gbytes / kv[1].compute_s, kv[0]))
+        self.default_model = items[len(items) // 2][0]
+        self._cache: dict[tuple[str, int], tuple[float, ...]] = {}
+        caps = np.diff(topology.node_first_gpu)
+        self._nodes_by_cap = [int(n) for n in np.argsort(-caps, kind="stable")]
+
+    def row(self, model: str | None, gpus: int) -> tuple[float, ...]:
+        """Index k (1..) = slowdown on k nodes; index 0 unused. Single-node starts count as
+        1.0 (the model does not follow NVLink islands)."""
+        name = model if model in self.speed.profiles else self.default_model
+        key = (name, gpus)
+        row = self._cache.get(key)
+        if row is None:
+            topo = self.topology
+            out = [1.0, 1.0]
+            first = topo.node_first_gpu
+            for k in range(2, min(gpus, len(topo.nodes)) + 1):
+                nodes = self._nodes_by_cap[:k]
+                base, extra = divmod(gpus, k)
+                chosen: list[int] = []
+                ok = True
+                for x, ni in enumerate(nodes):
+                    want = base + (x < extra)
+                    lo, hi = int(first[ni]), int(first[ni + 1])
+                    if want > hi - lo:
+                        ok = False
+                        break
+                    chosen.extend(range(lo, lo + want))
+                out.append(max(1.0, self.speed.slowdown(name, chosen)) if ok else out[-1])
+            row = self._cache[key] = tuple(out)
+        return row
+
+
+class LookAhead:
+    """The window of one state, the model's inputs as plain Python lists (the evaluation is
+    a Python loop; numpy's per-call cost would dominate it), and the cost function."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        size: int,
+        weights: Weights,
+        slowdowns: SlowdownTable,
+        model: str = "backfill",
+        pack_genes: bool = True,
+    ) -> None:
+        if model not in ("backfill", "serial"):
+            raise ValueError(f"unknown look-ahead model {model!r}: backfill or serial")
+        self.model = model
+        self.depth = DEPTH
+        if size < 1:
+            raise ValueError(f"window size must be at least 1, got {size}")
+        self.state = state
+        self.weights = weights
+        topo = state.topology
+        q = state.queue
+        now = self.now = float(state.now)
+        n_nodes = len(topo.nodes)
+        self.capacity = [int(c) for c in np.diff(topo.node_first_gpu)]
+        node_free = np.bincount(topo.gpu_node, weights=state.free, minlength=n_nodes).astype(np.int64)
+        self.node_free = [int(x) for x in node_free]
+        self.total_free = int(node_free.sum())
+
+        # Running jobs give their GPUs back at their estimated end (never before now).
+        accuracy = {u: (s.limit_accuracy or 1.0) for u, s in state.users.items()}
+        releases = []
+        node_up = node_free.copy()  # per node: free now + held by running jobs
+        for seq, r in enumerate(sorted(state.running, key=lambda r: r.job_id)):
+            per_node = np.bincount(topo.gpu_node[list(r.gpus)], minlength=n_nodes)
+            node_up += per_node
+            if r.time_limit is None:
+                end = now + NO_LIMIT_SECONDS
+            else:
+                end = _expected_end(now, r.start_time, r.time_limit, accuracy.get(r.user, 1.0))
+            alloc = tuple((int(n), int(per_node[n])) for n in np.flatnonzero(per_node))
+            releases.append((end, seq, alloc, r.num_gpus))
+        releases.sort()
+        self.releases = releases
+        self.max_node = max(int(x) for x in node_up) if n_nodes else 0
+        self.gpus_up = max(1, int(node_up.sum()))
+
+        # ---- the window ----
+        est = estimated_runtimes(state) if len(q.gpus) else np.zeros(0)
+        est = np.where(np.isfinite(est), est, NO_LIMIT_SECONDS)
+        pending = state.pending
+        shaped = {}
+        eligible = q.gpus <= int(node_up.sum())
+        fifo = np.argsort(q.seq, kind="stable")
+        sjf = np.lexsort((q.seq, est))
+        served = state.attained_service
+        per_user = np.array([served.get(u, 0.0) for u in q.users], dtype=float)
+        fair = np.lexsort((q.seq, per_user[q.user])) if len(q.users) else fifo
+        fit_size = size // 4 if size >= 4 else 0
+        main_size = size - fit_size
+        chosen: list[int] = []
+        seen: set[int] = set()
+
+        def ok(r: int) -> bool:
+            if not eligible[r]:
+                return False
+            job = pending[r]
+            if job.num_nodes is not None:
+                per = job.num_gpus // job.num_nodes
+                if int((node_up >= per).sum()) < job.num_nodes:
+                    return False
+                shaped[r] = (per, job.num_nodes)
+            return True
+
+        heads = [s[: main_size].tolist() for s in (fifo, sjf, fair)]
+        for k in range(main_size):
+            for h in heads:
+                if k < len(h) and len(chosen) < main_size:
+                    r = h[k]
+                    if r not in seen:
+                        seen.add(r)
+                        if ok(r):
+                            chosen.append(r)
+        if fit_size:
+            fits = sjf[q.gpus[sjf] <= self.total_free]
+            extra = 0
+            for r in fits.tolist():
+                if extra >= fit_size:
+                    break
+                if r not in seen:
+                    seen.add(r)
+                    if ok(r):
+                        chosen.append(r)
+                        extra += 1
+        self.rows = chosen
+        n = self.size = len(chosen)
+        self.gpus = [int(q.gpus[r]) for r in chosen]
+        self.est = [float(est[r]) for r in chosen]
+        self.shape = [shaped.get(r) for r in chosen]
+        self.slowdowns = [slowdowns.row(pending[r].model, g) for r, g in zip(chosen, self.gpus)]
+        # Fewest nodes a job can pack onto (what the pack gene waits for).
+        self.min_nodes = [
+            s[1] if s is not None else max(1, math.ceil(g / max(1, self.max_node))) for s, g in zip(self.shape, self.gpus)
+        ]
+        # The gene matters only for jobs that could start spread over more nodes than that.
+        self.flexible = [i for i in range(n) if self.shape[i] is None and self.gpus[i] > 1] if pack_genes else []
+        self.scale = max(MIN_SCALE_SECONDS, sum(self.est) / n) if n else MIN_SCALE_SECONDS
+        self.gpu_time = sum(e * g for e, g in zip(self.est, self.gpus)) or 1.0
+
+        # ---- fairness: per-user wait sums and job counts that do not depend on the order ----
+        names = list(q.users)
+        index = {u: k for k, u in enumerate(names)}
+        for u in list(state.users) + [r.user for r in state.running]:
+            if u not in index:
+                index[u] = len(names)
+                names.append(u)
+        wait_sum = np.zeros(len(names))
+        count = np.zeros(len(names))
+        for u, s in state.users.items():
+            wait_sum[index[u]] += s.wait_seconds
+            count[index[u]] += s.jobs
+        for r in state.running:
+            wait_sum[index[r.user]] += r.start_time - r.submit_time
+            count[index[r.user]] += 1
+        if len(q.gpus):
+            # Every pending job counts with its wait so far (window jobs add their modelled
+            # extra wait beyond now in `evaluate`).
+            wait_sum[: len(q.users)] += np.bincount(q.user, weights=np.maximum(now - q.submit, 0.0), minlength=len(q.users))
+            count[: len(q.users)] += np.bincount(q.user, minlength=len(q.users))
+        window_users = sorted({int(q.user[r]) for r in chosen})
+        local = {u: k for k, u in enumerate(window_users)}
+        self.wuser = [local[int(q.user[r])] for r in chosen]
+        self.wuser_base = [float(wait_sum[u]) for u in window_users]
+        self.wuser_count = [float(count[u]) for u in window_users]
+        others = np.ones(len(names), dtype=bool)
+        others[window_users] = False
+        others &= count > 0
+        means = wait_sum[others] / count[others]
+        self.other_users = int(others.sum())
+        self.other_s1 = float(means.sum())
+        self.other_s2 = float(np.square(means).sum())
+        self._fifo = fifo
+
+    # ---- solutions ----
+
+    def evaluate(self, order: Sequence[int], pack: Sequence[bool]) -> float:
+        return self._run(order, pack, None)
+
+    def schedule(self, order: Sequence[int], pack: Sequence[bool]) -> Schedule:
+        rec: dict = {}
+        cost = self._run(order, pack, rec)
+        return Schedule(
+            start=tuple(rec["start"]), slowdown=tuple(rec["slowdown"]), nodes=tuple(rec["nodes"]),
+            jct_term=rec["jct"], fairness_term=rec["fair"], comm_term=rec["comm"], cost=cost,
+            startable=rec["startable"], now=tuple(rec["now"]),
+        )
+
+    def _run(self, order: Sequence[int], pack: Sequence[bool], rec: dict | None) -> float:
+        if self.model == "backfill":
+            return self._run_backfill(order, pack, rec)
+        return self._run_serial(order, pack, rec)
+
+    def _cost(self, jct: float, comm: float, extra: list[float], n: int, rec: dict | None) -> float:
+        s1, s2 = self.other_s1, self.other_s2
+        for base, cnt, add in zip(self.wuser_base, self.wuser_count, extra):
+            m = (base + add) / cnt
+            s1 += m
+            s2 += m * m
+        users = self.other_users + len(extra)
+        fairness = 1.0 - (s1 * s1 / (users * s2) if s2 > 0 else 1.0)
+        w = self.weights
+        jct_term = jct / (n * self.scale) if n else 0.0
+        comm_term = comm / self.gpu_time
+        if rec is not None:
+            rec.update(jct=jct_term, fair=fairness, comm=comm_term)
+        return w.jct * jct_term + w.fairness * fairness + w.comm * comm_term
+
+    def _run_backfill(self, order: Sequence[int], pack: Sequence[bool], rec: dict | None) -> float:
+        """List schedule with EASY backfill, event by event: at each release, start every
+        job that fits in priority order; the first job that does not fit gets a shadow
+        time (when enough GPUs are back, by count), and a later job may start before it
+        only if it ends by then or uses GPUs spare at that time."""
+        now = self.now
+        nf = self.node_free[:]
+        total = self.total_free
+        rel = self.releases[:]  # sorted by end
+        p = 0
+        insort = bisect.insort
+        gpus, est, sd, shape, min_nodes = self.gpus, self.est, self.slowdowns, self.shape, self.min_nodes
+        wuser = self.wuser
+        extra = [0.0] * len(self.wuser_base)
+        n_nodes = len(nf)
+        seq = len(rel)
+        jct = comm = 0.0
+        now_jobs: list[int] = []
+        if rec is not None:
+            starts = [0.0] * self.size
+            slow = [1.0] * self.size
+            used = [0] * self.size
+        remaining = list(order)
+        min_g = min((gpus[i] for i in remaining), default=0)
+        relaxed = False
+        t = now
+        scans = 0
+        depth = self.depth
+        while remaining:
+            while p < len(rel) and rel[p][0] <= t:
+                for node, k in rel[p][2]:
+                    nf[node] += k
+                total += rel[p][3]
+                p += 1
+            if total < min_g and p < len(rel):
+                t = rel[p][0]
+                continue
+            if scans >= depth:
+                # Beyond the look-ahead depth, a fluid tail: the remaining jobs start in
+                # priority order once the GPU-seconds still running and ahead of them
+                # have drained through the cluster's GPUs.
+                gpus_up = self.gpus_up
+                ahead = sum(r[3] * (r[0] - t) for r in rel[p:])
+                for i in remaining:
+                    start = t + ahead / gpus_up
+                    run = est[i]
+                    ahead += gpus[i] * run
+                    jct += start - now + run
+                    extra[wuser[i]] += start - now
+                    if rec is not None:
+                        starts[i] = start
+                remaining = []
+                break
+            scans += 1
+            kept = []
+            shadow = None
+            spare = 0
+            top = max(nf)
+            for i in remaining:
+                g = gpus[i]
+                if g > total or (shadow is not None and g > spare and t + est[i] > shadow) or (pack[i] and g > top and g <= self.max_node):
+                    alloc = None
+                else:
+                    alloc = _fit(g, shape[i], pack[i], min_nodes[i], nf, n_nodes)
+                if alloc is not None:
+                    row = sd[i]
+                    k = len(alloc)
+                    s = row[k] if k < len(row) else row[-1]
+                    run = est[i] * s
+                    if shadow is not None and t + run > shadow:
+                        if g <= spare:
+                            spare -= g
+                        else:
+                            alloc = None
+                if alloc is None:
+                    if shadow is None:
+                        need = g - total
+                        shadow, spare = math.inf, 0
+                        if need <= 0:  # enough GPUs, wrong shape: until the next release
+                            if p < len(rel):
+                                shadow = rel[p][0]
+                        else:
+                            acc = 0
+                            for q in range(p, len(rel)):
+                                acc += rel[q][3]
+                                if acc >= need:
+                                    shadow, spare = rel[q][0], acc - need
+                                    break
+                    kept.append(i)
+                    continue
+                for node, c in alloc:
+                    nf[node] -= c
+                total -= g
+                insort(rel, (t + run, seq, alloc, g), p)
+                seq += 1
+                jct += t - now + run
+                comm += (s - 1.0) * est[i] * g
+                extra[wuser[i]] += t - now
+                if t == now:
+                    now_jobs.append(i)
+                if rec is not None:
+                    starts[i], slow[i], used[i] = t, s, k
+            remaining = kept
+            if not remaining:
+                break
+            min_g = min(gpus[i] for i in remaining)
+            if p >= len(rel):
+                # Nothing left to come back and the rest cannot fit (only when the pack gene
+                # cannot be met): start them spread, in order, as GPUs allow.
+                if relaxed or all(gpus[i] > total for i in remaining):
+                    jct += NO_LIMIT_SECONDS * len(remaining)  # never starts in the model
+                    break
+                relaxed, pack = True, (False,) * len(pack)
+                continue
+            t = rel[p][0]
+        cost = self._cost(jct, comm, extra, len(order), rec)
+        if rec is not None:
+            rec.update(start=starts, slowdown=slow, nodes=used, now=now_jobs, startable=len(now_jobs))
+        return cost
+
+    def _run_serial(self, order: Sequence[int], pack: Sequence[bool], rec: dict | None) -> float:
+        now = self.now
+        nf = self.node_free[:]
+        total = self.total_free
+        heap = self.releases[:]  # sorted, hence a heap
+        pop, push = heapq.heappop, heapq.heappush
+        gpus, est, sd, shape, min_nodes = self.gpus, self.est, self.slowdowns, self.shape, self.min_nodes
+        wuser = self.wuser
+        extra = [0.0] * len(self.wuser_base)
+        n_nodes = len(nf)
+        seq = len(heap)
+        t = now
+        jct = comm = 0.0
+        startable = -1
+        if rec is not None:
+            starts = [0.0] * self.size
+            slow = [1.0] * self.size
+            used = [0] * self.size
+        for pos, i in enumerate(order):
+            g = gpus[i]
+            alloc = None
+            while True:
+                while heap and heap[0][0] <= t:
+                    _, _, back, c = pop(heap)
+                    for node, k in back:
+                        nf[node] += k
+                    total += c
+                if total >= g:
+                    alloc = _fit(g, shape[i], pack[i], min_nodes[i], nf, n_nodes)
+                    if alloc is not None:
+                        break
+                if not heap:
+                    if total >= g:  # the pack gene cannot be met any more: spread
+                        alloc = _fit(g, shape[i], False, min_nodes[i], nf, n_nodes)
+                    break
+                t = heap[0][0]
+            if alloc is None:  # cannot happen for window jobs (they fit an empty cluster)
+                alloc = ()
+            k = len(alloc)
+            s = sd[i][k] if k < len(sd[i]) else sd[i][-1]
+            run = est[i] * s
+            if t > now and startable < 0:
+                startable = pos
+            for node, c in alloc:
+                nf[node] -= c
+            total -= g
+            push(heap, (t + run, seq, alloc, g))
+            seq += 1
+            jct += t - now + run
+            comm += (s - 1.0) * est[i] * g
+            extra[wuser[i]] += t - now
+            if rec is not None:
+                starts[i], slow[i], used[i] = t, s, k
+        if startable < 0:
+            startable = len(order)
+        cost = self._cost(jct, comm, extra, len(order), rec)
+        if rec is not None:
+            rec.update(start=starts, slowdown=slow, nodes=used, startable=startable, now=list(order[:startable]))
+        return cost
+
+    def startable(self, order: Sequence[int], pack: Sequence[bool]) -> int:
+        """How many jobs at the head of ``order`` the model starts now."""
+        return self.schedule(order, pack).startable
+
+    def full_order(self, order: Sequence[int]) -> np.ndarray:
+        """Pending-queue indices: the window in ``order``, then every other job by arrival."""
+        head = np.array([self.rows[i] for i in order], dtype=np.int64)
+        rest = np.ones(len(self._fifo), dtype=bool)
+        rest[head] = False
+        return np.concatenate([head, self._fifo[rest[self._fifo]]])
+
+    # ---- starting points ----
+
+    def seeds(self) -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
+        """Heuristic starting solutions: FIFO, shortest estimate first, fit-now-first, the
+        window's own interleaved order; each with no packing, plus the best-looking one
+        with every flexible job packed (evaluated by the caller)."""
+        n = self.size
+        state = self.state
+        q = state.queue
+        rows = self.rows
+        seq = [int(q.seq[r]) for r in rows]
+        by_arrival = tuple(sorted(range(n), key=lambda i: seq[i]))
+        shortest = tuple(sorted(range(n), key=lambda i: (self.est[i], seq[i])))
+        fit_now = tuple(sorted(range(n), key=lambda i: (self.gpus[i] > self.total_free, self.est[i] * self.gpus[i], seq[i])))
+        mixed = tuple(range(n))
+        spread = (False,) * n
+        packed = tuple(i in set(self.flexible) for i in range(n))
+        out = []
+        for order in (by_arrival, shortest, fit_now, mixed):
+            for p in (spread, packed) if self.flexible else (spread,):
+                if (order, p) not in out:
+                    out.append((order, p))
+        return out
+
+
+def _expected_end(now: float, start: float, limit: float, accuracy: float) -> float:
+    """When a running job is expected to end: at its estimate (limit x the user's accuracy)
+    while it has not reached it; once past it, halfway between now and the limit (Slurm
+    ends it there), not "now": an overdue job is evidence of a long one."""
+    estimate = start + limit * accuracy
+    if estimate > now:
+        return estimate
+    return max(now, 0.5 * (now + start + limit))
+
+
+def _fit(g: int, shape: tuple[int, int] | None, pack: bool, min_nodes: int, nf: list[int], n_nodes: int):
+    """Per-node GPU counts for a job of ``g`` GPUs on free counts ``nf``, or ``None``."""
+    if shape is not None:
+        per, k = shape
+        cands = sorted((f, n) for n, f in enumerate(nf) if f >= per)
+        if len(cands) < k:
+            return None
+        return tuple((n, per) for _, n in cands[:k])
+    best, best_free = -1, 1 << 30
+    for n in range(n_nodes):
+        f = nf[n]
+        if g <= f < best_free:
+            best, best_free = n, f
+            if f == g:
+                break
+    if best >= 0:
+        return ((best, g),)
+    # Across nodes: the fullest nodes first (fewest nodes touched).
+    want = g
+    alloc = []
+    for n in sorted(range(n_nodes), key=nf.__getitem__, reverse=True):
+        f = nf[n]
+        if f <= 0:
+            break
+        take = f if f < want else want
+        alloc.append((n, take))
+        want -= take
+        if want == 0:
+            break
+    if want:
+        return None
+    if pack and len(alloc) > min_nodes:
+        return None
+    return tuple(alloc)

@@ -1,0 +1,540 @@
+"""Compare policies over traces and seeds, in parallel, with confidence intervals.
+
+``attentived compare`` runs every (workload, policy, seed) as an independent replay in a
+process pool. A *workload* is a trace cut to a window at a load scale; a *seed* draws the
+modelled time limits and workload models of every job and seeds random placement, so each
+seed is a different workload, the same for every policy. Each run's metrics come from
+`summarize` (as in ``replay``) plus the decision time per call; across seeds a metric is
+reported as its mean and the half-width of its 95% confidence interval from Student's t
+with n - 1 degrees of freedom (none for one seed: say n=1). Results are keyed by
+(workload, policy, seed) and do not depend on the number of workers or the order runs
+finish in; decision times are wall-clock measurements and vary between machines.
+
+Policies are named as for ``replay`` (`agents.registry.make_policy`); names the registry
+does not know are looked up in `POLICIES`, which maps a name to an importable factory
+(``"module:callable"``, called as ``callable(seed=seed)``), so a policy that lives outside
+the registry (a trained agent, a DRL baseline) joins a comparison by one `register_policy`
+call or one line in `POLICIES` (the registry's own presets and learned policies, e.g.
+``attentive``, need nothing). A factory string, not a function, crosses to the worker
+processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import io
+import json
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from attentived.agents.policy import Policy
+from attentived.atomic import write_folder
+from attentived.topology import Topology
+
+from .engine import Simulation, prepare_jobs
+from .metrics import SUMMARY_KEYS, summarize
+from .speed import SpeedModel
+from .trace import Trace, check_fits
+
+__all__ = [
+    "POLICIES",
+    "METRICS",
+    "CompareError",
+    "Comparison",
+    "Registered",
+    "RunResult",
+    "Stat",
+    "Workload",
+    "compare",
+    "load_workloads",
+    "make",
+    "parse_window",
+    "policy_names",
+    "register_policy",
+    "t_quantile",
+    "write_outputs",
+]
+
+
+class CompareError(ValueError):
+    """Bad input to a comparison (a window, a seed count, a policy that cannot load)."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A policy outside ``agents/registry.py``: ``factory`` is ``"module:callable"``,
+    called as ``callable(seed=seed)``; ``available`` (same form, no arguments, returns a
+    bool) says whether ``--policy all`` includes it (e.g. only when its checkpoint is
+    shipped); naming the policy explicitly always tries to build it."""
+
+    factory: str
+    summary: str = ""
+    available: str | None = None
+
+
+#: Policies outside the registry (e.g. future DRL baselines), joined by name.
+POLICIES: dict[str, Registered] = {}
+
+
+def register_policy(name: str, factory: str, summary: str = "", available: str | None = None) -> None:
+    """Make ``name`` usable in comparisons (see `Registered`)."""
+    if ":" not in factory:
+        raise ValueError(f"factory must be 'module:callable', got {factory!r}")
+    POLICIES[name] = Registered(factory, summary, available)
+
+
+def _load(target: str) -> Callable:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make(name: str, seed: int = 0, factory: str | None = None) -> Policy:
+    """The policy called ``name``: the registry's, else `POLICIES`' (or ``factory``)."""
+    from attentived.agents.registry import UnknownPolicy, make_policy
+
+    if factory is None:
+        try:
+            return make_policy(name, seed)
+        except UnknownPolicy as e:
+            if name not in POLICIES:
+                raise UnknownPolicy(f"{e}; or one of: {', '.join(POLICIES)}") from None
+            factory = POLICIES[name].factory
+    try:
+        policy = _load(factory)(seed=seed)
+    except (ImportError, AttributeError, OSError, ValueError) as e:
+        raise CompareError(f"policy {name}: cannot load {factory}: {e}") from None
+    policy.name = name
+    return policy
+
+
+def policy_names(requested: Sequence[str]) -> list[str]:
+    """Expand ``all`` (every registry preset, then every available `POLICIES` entry) and
+    drop repeats, keeping the order given."""
+    from attentived.agents.registry import ALL
+
+    out: list[str] = []
+    for p in requested:
+        if p == "all":
+            out.extend(ALL)
+            for name, reg in POLICIES.items():
+                if name not in ALL and (reg.available is None or _load(reg.available)()):
+                    out.append(name)
+        else:
+            out.append(p)
+    return list(dict.fromkeys(out))
+
+
+def _factory_of(name: str, seed: int) -> str | None:
+    """Build ``name`` once (so a bad name or a broken factory fails here, with a clear
+    message, not in a worker) and return what a worker needs to rebuild it: ``None`` for
+    registry names, else its `POLICIES` factory."""
+    from attentived.agents.registry import UnknownPolicy, make_policy
+
+    try:
+        make_policy(name, seed)
+        return None
+    except UnknownPolicy as e:
+        if name not in POLICIES:
+            raise UnknownPolicy(f"{e}; or one of: {', '.join(POLICIES)}") from None
+    factory = POLICIES[name].factory
+    make(name, seed, factory)
+    return factory
+
+
+# ---- statistics ----
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` (integer >= 1) degrees of freedom.
+
+    Inverts the closed-form CDF for integer degrees of freedom (Abramowitz & Stegun
+    26.7.3-4) by bisection; exact to 1e-10, so 95% intervals need no SciPy.
+    """
+    if df < 1 or int(df) != df:
+        raise ValueError(f"degrees of freedom must be a positive integer, got {df}")
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    target = 2.0 * p - 1.0  # P(|T| <= t)
+    lo, hi = 0.0, 1.0
+    while _t_central(hi, df) < target:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if _t_central(mid, df) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def _t_central(t: float, df: int) -> float:
+    """P(|T| <= t) for integer ``df``."""
+    theta = math.atan(t / math.sqrt(df))
+    s, c = math.sin(theta), math.cos(theta)
+    if df % 2 == 1:
+        total, term = 0.0, c
+        for k in range(1, (df - 1) // 2 + 1):
+            total += term
+            term *= c * c * (2 * k) / (2 * k + 1)
+        return 2.0 / math.pi * (theta + s * total) if df > 1 else 2.0 / math.pi * theta
+    total, term = 0.0, 1.0
+    for k in range(0, (df - 2) // 2 + 1):
+        total += term
+        term *= c * c * (2 * k + 1) / (2 * k + 2)
+    return s * total
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean over seeds and the half-width of its 95% t interval (``None`` when n = 1)."""
+
+    mean: float
+    ci95: float | None
+    n: int
+    values: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat:
+        x = np.asarray(values, dtype=float)
+        if len(x) == 0:
+            raise ValueError("no values")
+        if len(x) == 1:
+            return cls(float(x[0]), None, 1, (float(x[0]),))
+        half = t_quantile(0.975, len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+        return cls(float(x.mean()), half, len(x), tuple(float(v) for v in x))
+
+    def as_json(self) -> dict:
+        return {"mean": self.mean, "ci95": self.ci95, "n": self.n, "values": list(self.values)}
+
+
+# ---- runs ----
+
+#: Per-run metrics a comparison reports: the replay's, two extras, and decision times.
+METRICS = (
+    *[k for k in SUMMARY_KEYS if k != "jobs"],
+    "bounded_slowdown",
+    "multi_gpu_slowdown",
+    "decision_p50_ms",
+    "decision_p99_ms",
+    "decision_mean_ms",
+)
+TIMING_METRICS = ("decision_p50_ms", "decision_p99_ms", "decision_mean_ms")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A trace as cut for the comparison (window and load scale already applied)."""
+
+    label: str
+    trace: Trace
+    window: tuple[float | None, float | None] = (None, None)
+    load_scale: float = 1.0
+
+    def offered_load(self, num_gpus: int) -> float | None:
+        """Requested GPU-seconds over (GPUs x the span of submissions); ``None`` when every
+        job arrives at once."""
+        jobs = self.trace.jobs
+        span = jobs[-1].submit_time - jobs[0].submit_time if len(jobs) > 1 else 0.0
+        work = sum(j.num_gpus * j.duration for j in jobs)
+        return work / (num_gpus * span) if span > 0 else None
+
+    def describe(self, num_gpus: int) -> dict:
+        return {
+            "label": self.label,
+            "trace": self.trace.name,
+            "path": self.trace.path,
+            "window_seconds": list(self.window),
+            "load_scale": self.load_scale,
+            "jobs": len(self.trace.jobs),
+            "offered_load": self.offered_load(num_gpus),
+            "multi_gpu_fraction": float(np.mean([j.num_gpus > 1 for j in self.trace.jobs])),
+        }
+
+
+def parse_window(text: str) -> tuple[float | None, float | None]:
+    """``"START:END"`` (either side may be empty) in `parse_duration` units: ``"40d:41d"``."""
+    from .trace import parse_duration
+
+    if ":" not in text:
+        raise CompareError(f"--window {text!r}: expected START:END, e.g. 40d:41d or 36h: (either side may be empty)")
+    a, _, b = text.partition(":")
+    try:
+        start = parse_duration(a) if a.strip() else None
+        end = parse_duration(b) if b.strip() else None
+    except ValueError as e:
+        raise CompareError(f"--window {text!r}: {e}") from None
+    if start is not None and end is not None and end <= start:
+        raise CompareError(f"--window {text!r}: the end must be after the start")
+    return start, end
+
+
+def _seconds_label(x: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if x >= size and x % size == 0 or x >= 10 * size:
+            return f"{x / size:g}{unit}"
+    return f"{x:g}s"
+
+
+def load_workloads(
+    paths: Sequence[str | os.PathLike[str]],
+    windows: Sequence[str] = (),
+    load_scale: float = 1.0,
+) -> list[Workload]:
+    """Each trace file cut to each window (the whole trace when no window is given)."""
+    from .trace import load_trace
+
+    if not (math.isfinite(load_scale) and load_scale > 0):
+        raise CompareError(f"--load-scale must be a positive number (got {load_scale})")
+    cuts = [parse_window(w) for w in windows] or [(None, None)]
+    out = []
+    for path in paths:
+        for start, end in cuts:
+            trace = load_trace(path, start=start, end=end, load_scale=load_scale)
+            label = trace.name
+            if (start, end) != (None, None):
+                a = "" if start is None else _seconds_label(start)
+                b = "" if end is None else _seconds_label(end)
+                label += f"[{a}:{b}]"
+            if load_scale != 1.0:
+                label += f"x{load_scale:g}"
+            out.append(Workload(label, trace, (start, end), load_scale))
+    return out
+
+
+@dataclass(frozen=True)
+class _Task:
+    workload: int
+    policy: str
+    factory: str | None
+    seed: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One replay: the metrics of `METRICS`, its decision count and wall time, and the
+    sorted JCTs (for CDFs)."""
+
+    workload: str
+    policy: str
+    seed: int
+    metrics: dict[str, float]
+    decisions: int
+    wall_seconds: float
+    jct: tuple[float, ...] = field(repr=False)
+
+
+def _run(task: _Task, workload: Workload, topology: Topology) -> RunResult:
+    policy = make(task.policy, task.seed, task.factory)
+    jobs = prepare_jobs(workload.trace.jobs, task.seed)
+    result = Simulation(jobs, topology, policy, speed=SpeedModel(topology)).run()
+    summary = summarize(result.records, topology.num_gpus)
+    ms = np.asarray(result.decision_seconds, dtype=float) * 1e3
+    metrics = {k: float(summary[k]) for k in METRICS if k in summary}
+    metrics["decision_p50_ms"] = float(np.percentile(ms, 50)) if len(ms) else 0.0
+    metrics["decision_p99_ms"] = float(np.percentile(ms, 99)) if len(ms) else 0.0
+    metrics["decision_mean_ms"] = float(ms.mean()) if len(ms) else 0.0
+    jct = tuple(sorted(r.jct for r in result.records))
+    return RunResult(workload.label, task.policy, task.seed, metrics, result.decisions, result.wall_seconds, jct)
+
+
+# Worker state: the workloads and topology, sent once per worker instead of once per task.
+_WORKER: dict = {}
+
+
+def _init_worker(workloads: tuple[Workload, ...], topology: Topology) -> None:
+    _WORKER["workloads"] = workloads
+    _WORKER["topology"] = topology
+
+
+def _run_in_worker(task: _Task) -> RunResult:
+    return _run(task, _WORKER["workloads"][task.workload], _WORKER["topology"])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    topology: Topology
+    workloads: tuple[Workload, ...]
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    runs: tuple[RunResult, ...]  # sorted by (workload, policy, seed) as given
+
+    def stats(self) -> dict[str, dict[str, dict[str, Stat]]]:
+        """workload label -> policy -> metric -> Stat over seeds."""
+        out: dict[str, dict[str, dict[str, Stat]]] = {}
+        for w in self.workloads:
+            out[w.label] = {}
+            for p in self.policies:
+                runs = [r for r in self.runs if r.workload == w.label and r.policy == p]
+                out[w.label][p] = {m: Stat.of([r.metrics[m] for r in runs]) for m in METRICS}
+        return out
+
+    def as_json(self) -> dict:
+        topo = self.topology
+        return {
+            "cluster": {"nodes": len(topo.nodes), "gpus": topo.num_gpus},
+            "seeds": list(self.seeds),
+            "policies": list(self.policies),
+            "workloads": [w.describe(topo.num_gpus) for w in self.workloads],
+            "metrics": list(METRICS),
+            "results": {
+                w: {p: {m: s.as_json() for m, s in ms.items()} for p, ms in ps.items()} for w, ps in self.stats().items()
+            },
+            "runs": [
+                {"workload": r.workload, "policy": r.policy, "seed": r.seed, "decisions": r.decisions,
+                 "wall_seconds": r.wall_seconds, **r.metrics}
+                for r in self.runs
+            ],
+        }
+
+
+def compare(
+    workloads: Sequence[Workload],
+    topology: Topology,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    workers: int | None = None,
+    on_done: Callable[[RunResult], None] | None = None,
+) -> Comparison:
+    """Run every (workload, policy, seed); ``workers`` processes (default: the CPU count,
+    1 = in this process). ``on_done`` is called as runs finish (for a progress bar)."""
+    if not workloads:
+        raise CompareError("no trace to compare on")
+    if not policies:
+        raise CompareError("no policy to compare")
+    if not seeds:
+        raise CompareError("need at least one seed")
+    labels = [w.label for w in workloads]
+    if len(set(labels)) != len(labels):
+        raise CompareError(f"workload labels repeat: {labels}")
+    for w in workloads:
+        check_fits(w.trace, topology.num_gpus)
+    policies = list(dict.fromkeys(policies))
+    factories = {p: _factory_of(p, seeds[0]) for p in policies}
+    tasks = [_Task(wi, p, factories[p], s) for wi in range(len(workloads)) for p in policies for s in seeds]
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers < 1:
+        raise CompareError(f"workers must be at least 1 (got {workers})")
+    results: dict[tuple[int, str, int], RunResult] = {}
+    if workers == 1 or len(tasks) == 1:
+        for t in tasks:
+            r = _run(t, workloads[t.workload], topology)
+            results[(t.workload, t.policy, t.seed)] = r
+            if on_done:
+                on_done(r)
+    else:
+        import multiprocessing
+
+        # Big workloads first, so the pool does not end waiting on one long run.
+        ordered = sorted(tasks, key=lambda t: -len(workloads[t.workload].trace.jobs))
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker,
+            initargs=(tuple(workloads), topology),
+        ) as pool:
+            futures = {pool.submit(_run_in_worker, t): t for t in ordered}
+            for fut in as_completed(futures):
+                t = futures[fut]
+                r = fut.result()
+                results[(t.workload, t.policy, t.seed)] = r
+                if on_done:
+                    on_done(r)
+    runs = tuple(results[(t.workload, t.policy, t.seed)] for t in tasks)
+    return Comparison(topology, tuple(workloads), tuple(policies), tuple(seeds), runs)
+
+
+# ---- files ----
+
+
+def write_outputs(cmp: Comparison, out: Path) -> list[Path]:
+    """compare.json, summary.csv, bars_<workload>.png and cdf_jct_<workload>.png into
+    ``out``, all or nothing (written beside it, then moved in)."""
+
+    def fill(tmp: Path) -> None:
+        (tmp / "compare.json").write_text(json.dumps(cmp.as_json(), indent=2) + "\n")
+        (tmp / "summary.csv").write_text(_summary_csv(cmp))
+        _plots(cmp, tmp)
+
+    return write_folder(out, fill)
+
+
+def _summary_csv(cmp: Comparison) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["workload", "policy", "metric", "mean", "ci95", "n"])
+    for wl, ps in cmp.stats().items():
+        for p, ms in ps.items():
+            for m, s in ms.items():
+                w.writerow([wl, p, m, repr(s.mean), "" if s.ci95 is None else repr(s.ci95), s.n])
+    return buf.getvalue()
+
+
+#: Metrics drawn as bars, with their axis labels and a scale (seconds -> hours, ...).
+BAR_METRICS = (
+    ("avg_jct", "avg JCT (h)", 1 / 3600),
+    ("p99_jct", "p99 JCT (h)", 1 / 3600),
+    ("avg_wait", "avg wait (h)", 1 / 3600),
+    ("jain_fairness", "Jain fairness", 1.0),
+    ("comm_cost", "comm cost (GPU-h)", 1 / 3600),
+    ("makespan", "makespan (h)", 1 / 3600),
+    ("decision_p50_ms", "decision p50 (ms)", 1.0),
+)
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label).strip("_")
+
+
+def _plots(cmp: Comparison, folder: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stats = cmp.stats()
+    names = list(cmp.policies)
+    x = np.arange(len(names))
+    for wl in cmp.workloads:
+        cols = 4
+        rows = -(-len(BAR_METRICS) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(max(12.0, 0.45 * len(names) * cols), 4.2 * rows), squeeze=False)
+        for ax in axes.flat[len(BAR_METRICS):]:
+            ax.set_visible(False)
+        for ax, (metric, label, scale) in zip(axes.flat, BAR_METRICS):
+            s = [stats[wl.label][p][metric] for p in names]
+            err = [0.0 if v.ci95 is None else v.ci95 * scale for v in s]
+            ax.bar(x, [v.mean * scale for v in s], yerr=err, capsize=3, color=[f"C{k % 10}" for k in range(len(names))])
+            ax.set_title(label, fontsize=9)
+            ax.set_xticks(x, names, rotation=60, ha="right", fontsize=7)
+            ax.grid(axis="y", alpha=0.3)
+        n = len(cmp.seeds)
+        fig.suptitle(f"{wl.label}: mean over {n} seed(s)" + (", 95% t intervals" if n > 1 else " (n=1, no interval)"), fontsize=10)
+        fig.tight_layout()
+        fig.savefig(folder / f"bars_{_slug(wl.label)}.png", dpi=100)
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for k, p in enumerate(names):
+            jct = np.sort(np.concatenate([r.jct for r in cmp.runs if r.workload == wl.label and r.policy == p]))
+            ax.plot(np.maximum(jct, 1.0), np.arange(1, len(jct) + 1) / len(jct), label=p, color=f"C{k % 10}",
+                    linestyle="-" if k < 10 else "--")
+        ax.set_xscale("log")
+        ax.set_xlabel("job completion time (s), log scale; all seeds pooled")
+        ax.set_ylabel("fraction of jobs")
+        ax.set_title(f"CDF of JCT - {wl.label}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(folder / f"cdf_jct_{_slug(wl.label)}.png", dpi=100)
+        plt.close(fig)
