@@ -159,22 +159,26 @@ def test_time_budget_is_respected(cls, clock):
     pending = [PendingJob(f"j{i}", f"u{i % 9}", int(rng.choice([1, 2, 4, 8, 16])), float(rng.uniform(0, 999)),
                           time_limit=float(rng.choice([900, 3600, 14_400, 86_400])), model="bert") for i in range(2000)]
     budget_ms = 15.0
-    p = Scheduler(cls(budget_ms=budget_ms, max_evaluations=10**9, patience=10**9, window=48, clock=clock), Consolidate())
     measure = {"wall": time.perf_counter, "cpu": time.thread_time}[clock]
-    times = []
-    for k in range(25):
-        s = make_state(topo, pending[k:], running=running, now=1000.0 + k)
-        t0 = measure()
-        check_plan(s, p.decide(s))
-        times.append((measure() - t0) * 1e3)
-        assert p.chooser.last.stopped_by == "time"
-        assert p.chooser.last.evaluations > 0
-    times.sort()
-    # Slack: one evaluation past the deadline plus the scheduling loop, 1-2 ms; the
-    # machine may be shared (a descheduled process loses a time slice of wall clock), so
-    # judge the median and the 90th percentile.
-    assert statistics.median(times) <= budget_ms + 8.0, times
-    assert times[int(0.9 * len(times))] <= budget_ms + 25.0, times
+
+    def decide_times(budget: float) -> list[float]:
+        p = Scheduler(cls(budget_ms=budget, max_evaluations=10**9, patience=10**9, window=48, clock=clock), Consolidate())
+        out = []
+        for k in range(15):
+            s = make_state(topo, pending[k:], running=running, now=1000.0 + k)
+            t0 = measure()
+            check_plan(s, p.decide(s))
+            out.append((measure() - t0) * 1e3)
+            assert p.chooser.last.stopped_by == "time"
+            assert p.chooser.last.evaluations > 0 or budget < 1.0
+        return out
+
+    # What a decision costs besides the search (window, starting solutions, the scheduling
+    # loop, one evaluation past the deadline), measured now on this (possibly shared)
+    # machine with a near-zero budget; the budget must add about itself and no more.
+    overhead = statistics.median(decide_times(0.01))
+    times = decide_times(budget_ms)
+    assert statistics.median(times) <= budget_ms + 2 * overhead + 5.0, (overhead, sorted(times))
 
 
 def blocked_head(lab):
