@@ -77,20 +77,25 @@ def summary_table(title: str, summaries: Mapping[str, Mapping[str, float]], cons
     console.print("[dim]bold green = best in column; JCT and wait in s/m/h/d; comm cost = extra GPU-hours from non-ideal placement[/]")
 
 
+def stderr_progress(width: int = 24) -> Progress:
+    """The progress display every long command uses: bars on stderr, gone when done."""
+    return Progress(
+        TextColumn(f"{{task.description:<{width}}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
 @contextmanager
 def progress_bars(jobs: int) -> Iterator[Callable[[str], Callable[[int], None] | None]]:
     """One bar per policy on a terminal (stderr); silent otherwise."""
     if not sys.stderr.isatty():
         yield lambda name: None
         return
-    with Progress(
-        TextColumn("{task.description:<24}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
+    with stderr_progress() as progress:
 
         def on_policy(name: str) -> Callable[[int], None]:
             task = progress.add_task(name, total=jobs)

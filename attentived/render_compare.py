@@ -7,12 +7,11 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from attentived.simulator.compare import Comparison, RunResult, Stat
 
-from .render import _console, _duration
+from .render import _console, _duration, stderr_progress
 
 #: (column title, metric, kind); kind picks the format and whether lower is better.
 COLUMNS = (
@@ -89,14 +88,7 @@ def run_progress(total: int) -> Iterator[Callable[[RunResult], None] | None]:
     if not sys.stderr.isatty():
         yield None
         return
-    with Progress(
-        TextColumn("{task.description:<40}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
+    with stderr_progress(width=40) as progress:
         task = progress.add_task("replays", total=total)
 
         def done(r: RunResult) -> None:

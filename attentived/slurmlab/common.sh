@@ -50,3 +50,18 @@ lab_job_processes() {
     done
     return 0
 }
+
+# `[--run DIR]`, the one option of stop.sh and reset.sh: sets RUN and SLURM_CONF.
+lab_run_option() {  # USAGE ARGS...
+    local usage=$1; shift
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --run) RUN=${2:?}; shift;;
+            --run=*) RUN=${1#*=};;
+            *) lab_die "usage: $usage";;
+        esac
+        shift
+    done
+    lab_check_run
+    export SLURM_CONF="$RUN/etc/slurm.conf"
+}

@@ -6,16 +6,7 @@
 #   bash reset.sh [--run DIR]       exit 0 when the lab is clean
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --run) RUN=${2:?}; shift;;
-        --run=*) RUN=${1#*=};;
-        *) lab_die "usage: reset.sh [--run DIR]";;
-    esac
-    shift
-done
-lab_check_run
-export SLURM_CONF="$RUN/etc/slurm.conf"
+lab_run_option "reset.sh [--run DIR]" "$@"
 lab_running || lab_die "not running in $RUN"
 NODES=$(sed -n 's/^nodes=//p' "$RUN/lab.info")
 active() { squeue -h -t PD,R,S,CG,CF -o %i 2>/dev/null; }

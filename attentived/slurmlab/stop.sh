@@ -5,16 +5,7 @@
 # Exit 0 when nothing of the lab is left running.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --run) RUN=${2:?}; shift;;
-        --run=*) RUN=${1#*=};;
-        *) lab_die "usage: stop.sh [--run DIR]";;
-    esac
-    shift
-done
-lab_check_run
-export SLURM_CONF="$RUN/etc/slurm.conf"
+lab_run_option "stop.sh [--run DIR]" "$@"
 
 if lab_running; then
     # cancel jobs first, so no slurmstepd or job process outlives the lab
