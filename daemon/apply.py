@@ -342,13 +342,17 @@ class Outcome:
 
 def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = False) -> list[Outcome]:
     """Run the actions in order (job updates in batches, each job's updates merged into one
-    ``scontrol update``). Never raises for a failed action: each gets its ``Outcome``."""
+    ``scontrol update``). Never raises for a failed action: each gets its ``Outcome``.
+
+    Once slurmctld stops answering, the remaining actions are not sent (each would wait
+    out ``command_timeout``): they fail as "not sent" and the next cycle plans afresh."""
     if dry_run:
         return [Outcome(a, True, dry_run=True) for a in actions]
     crash_after = _crash_after()
     out: list[Outcome] = []
     i = 0
     while i < len(actions):
+        before = len(out)
         if actions[i].kind in JOB_KINDS:
             j = i
             while j < len(actions) and actions[j].kind in JOB_KINDS:
@@ -363,14 +367,27 @@ def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = Fals
                         m += 1
                     out.extend(_run_job_updates(actions[k:m], backend))
                     _maybe_crash(len(out), crash_after)
+                    if _controller_gone(out[-(m - k):]):
+                        break
                     k = m
-            i = j
         else:
             out.append(_run_reservation(actions[i], backend))
-            i += 1
             if crash_after is not None:
                 _maybe_crash(len(out), crash_after)
+        i = len(out)
+        if i < len(actions) and _controller_gone(out[before:]):
+            out.extend(Outcome(a, False, NOT_SENT) for a in actions[i:])
+            break
     return out
+
+
+#: What slurmctld being down looks like in a command's error (our own timeout message too).
+_GONE = ("timed out", "Unable to contact slurm controller", "Connection refused", "Socket timed out")
+NOT_SENT = "not sent: slurmctld stopped answering earlier in this cycle"
+
+
+def _controller_gone(outcomes: Sequence[Outcome]) -> bool:
+    return any(not o.ok and any(g in o.error for g in _GONE) for o in outcomes)
 
 
 CRASH_ENV = "ATTENTIVED_TEST_CRASH_AFTER_ACTIONS"

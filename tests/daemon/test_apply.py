@@ -243,3 +243,29 @@ def test_priorities_always_descend_in_band(values, rnd):
     new = assign_priorities(order, current, S)
     _check(order, current, new)
     assert assign_priorities(order, {**current, **new}, S) == {}
+
+
+def test_once_slurmctld_stops_answering_the_rest_of_the_plan_is_not_sent():
+    fake = FakeBackend()
+    fake.fail[("create", "*")] = "scontrol: error: Unable to contact slurm controller (connect failure)"
+    actions = [
+        Action("reservation_create", reservation="attentived-1", value="15", nodes=("node1",), users=("alice",)),
+        Action("reservation_create", reservation="attentived-2", value="15", nodes=("node2",), users=("bob",)),
+        Action("priority", job_id="3", value="1000500"),
+    ]
+    out = execute(actions, fake)
+    assert [o.ok for o in out] == [False, False, False]
+    assert len(fake.calls) == 1  # only the first command was tried
+    assert [o.action for o in out] == actions
+    assert all(o.error.startswith("not sent") for o in out[1:])
+
+
+def test_an_ordinary_failure_does_not_stop_the_plan():
+    fake = FakeBackend()
+    fake.fail[("create", "attentived-1")] = "Invalid user id"
+    actions = [
+        Action("reservation_create", reservation="attentived-1", value="15", nodes=("node1",), users=("alice",)),
+        Action("reservation_create", reservation="attentived-2", value="15", nodes=("node2",), users=("bob",)),
+    ]
+    out = execute(actions, fake)
+    assert [o.ok for o in out] == [False, True] and len(fake.calls) == 2
