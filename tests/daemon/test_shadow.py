@@ -21,22 +21,9 @@ from attentived.daemon.notify import Notifier
 from attentived.daemon.service import Service
 
 from .test_apply import NOW, TOPO, cluster, pending, running
+from .test_inspect import _logs_to_this_tests_stderr, cfg  # noqa: F401 (autouse fixture)
 
 ROOT = Path(__file__).parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _logs_to_this_tests_stderr():
-    """A CliRunner run elsewhere may leave structlog writing to its closed stream."""
-    from attentived.daemon import log as dlog
-
-    dlog.configure("warning", "json", stream=sys.stderr)
-
-
-def cfg(tmp_path, **kw) -> C.Config:
-    base = dict(state_dir=str(tmp_path / "state"), partitions=("main",), interval=0.5, metrics_port=0)
-    base.update(kw)
-    return C.Config(**base)
 
 
 def shadow_engine(c, fake) -> Engine:
