@@ -14,6 +14,17 @@ import structlog
 Processor = Callable[[Any, str, dict[str, Any]], dict[str, Any]]
 
 
+class _Stderr:
+    """``sys.stderr`` as it is at each write, not as it was at `configure` (pytest and
+    service managers swap it; a logger bound to a closed stream would raise)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(
     level: str = "info",
     json: bool | None = None,
@@ -22,12 +33,12 @@ def configure(
 ) -> None:
     """``json=None`` picks JSON unless the stream is a TTY (systemd's journal, CI, pipes).
     ``extra`` processors run before rendering (the daemon adds its cycle id)."""
-    stream = stream or sys.stderr
-    use_json = (not stream.isatty()) if json is None else json
+    tty = (stream or sys.stderr).isatty()
+    use_json = (not tty) if json is None else json
     renderer: Any = (
         structlog.processors.JSONRenderer(ensure_ascii=False)
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        else structlog.dev.ConsoleRenderer(colors=tty)
     )
     structlog.configure(
         processors=[
@@ -40,6 +51,6 @@ def configure(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or _Stderr()),
         cache_logger_on_first_use=False,
     )
