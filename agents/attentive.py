@@ -1,12 +1,10 @@
 """The ``attentive`` policy: the trained job and GPU agents behind `Policy.decide`.
 
-At each decision point the job agent picks a job that can start (or WAIT), the GPU agent
-picks one of that job's candidate placements, the job starts in a copy of the state, and
-the loop repeats until WAIT or until nothing more fits. The plan's order is the started
-jobs, then the rest of the window by the job agent's last logits, then the jobs outside
-the window oldest first. For the highest-ranked job that does not fit now, the plan holds
-the GPUs where and when it is expected to fit as running jobs reach their time limits, so
-the daemon can reserve them as it does for the heuristics' blocked heads.
+At each decision point the job agent picks a job that can start (or WAIT) and the GPU
+agent picks one of that job's candidate placements; `TwoPhasePolicy` repeats that on a copy
+of the state until WAIT or until nothing more fits, ranks the rest and holds GPUs for the
+first blocked job. `AttentivePolicy.explain` shows the probabilities, the chosen job's
+attention to the other jobs and its GPU set against the alternatives.
 
 Evaluation is deterministic (argmax in both agents); ``deterministic=False`` samples
 from a seeded generator instead.
@@ -16,26 +14,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .checkpoint import load_model
-from .features import Candidate, Context, FeatureEncoder, GpuView, JobView
+from .checkpoint import CheckpointError, load_model
+from .features import Candidate, Context, GpuView, JobView
 from .networks import AttentiveNet, JobEncoding, masked
 from .order import estimated_runtime
-from .placement import Consolidate
-from .plan import Hold, Plan, Start
-from .state import ClusterState, PendingJob, QueueArrays, RunningJob
-
-DEFAULT_MODEL = "attentive-default.pt"
-
+from .state import ClusterState, PendingJob
+from .two_phase import TwoPhasePolicy
 
 def default_model_path() -> Path:
     """The model shipped in the package (``attentived/data/models/attentive-default.pt``)."""
-    return Path(str(files("attentived.data") / "models" / DEFAULT_MODEL))
+    from .kinds import default_model_path as shipped
+
+    return shipped("attentive")
 
 
 @dataclass(frozen=True)
@@ -94,77 +89,17 @@ class Explanation:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class Choice:
-    """One decision of the two agents: start ``job`` (pending index ``index``) on
-    ``gpus``, or WAIT (``job`` None)."""
-
-    job: PendingJob | None
-    gpus: tuple[int, ...]
-    index: int = -1
-
-
-class AttentivePolicy:
-    """`Policy` over a trained `AttentiveNet` (see the module docstring)."""
+class AttentivePolicy(TwoPhasePolicy):
+    """`Policy` over a trained `AttentiveNet`: the job agent's logits choose the job, the
+    GPU agent scores that job's candidate placements (see the module docstring)."""
 
     name = "attentive"
 
-    def __init__(
-        self,
-        net: AttentiveNet,
-        *,
-        window: int,
-        max_candidates: int,
-        deterministic: bool = True,
-        seed: int = 0,
-        threads: int | None = 1,
-    ) -> None:
-        if threads is not None:
-            # Batch-of-one inference on a 66-token encoder is fastest on one thread: with
-            # more, torch's thread pool costs 100x the arithmetic (measured 1.3 ms vs 12 us
-            # per layer on 2 busy cores). Process-wide; pass None to leave torch's setting.
-            torch.set_num_threads(threads)
+    def __init__(self, net: AttentiveNet, **kwargs) -> None:
+        """``kwargs``: `TwoPhasePolicy`'s ``window``, ``max_candidates``, ``deterministic``,
+        ``seed``, ``threads``."""
+        super().__init__(**kwargs)
         self.net = net.eval()
-        self.encoder = FeatureEncoder(window, max_candidates)
-        self.deterministic = deterministic
-        self._gen = torch.Generator().manual_seed(seed)
-        self._hold_placer = Consolidate()
-
-    # ---- the Policy protocol ----
-
-    def decide(self, state: ClusterState) -> Plan:
-        starts: list[Start] = []
-        waited = False
-        with torch.inference_mode():
-            while state.pending:
-                ctx = Context.of(state)
-                if not ctx.feasible.any():
-                    break
-                choice, view, enc = self._choose(ctx)
-                if choice.job is None:
-                    waited = True
-                    break
-                starts.append(Start(choice.job.job_id, choice.gpus))
-                state = _started(state, choice.index, choice.gpus)
-            if not state.pending:
-                return Plan(order=tuple(s.job_id for s in starts), starts=tuple(starts))
-            if not waited:  # nothing fits any more: rank what is left with one more look
-                view = self.encoder.jobs(ctx)
-                enc = self._encode(view)
-        ranked = _rank(state, view, enc.logits[0, : self.encoder.window].numpy())
-        blocked = [i for i in ranked if not ctx.feasible[i]]
-        hold = self._hold(state, blocked[0]) if blocked else None
-        return Plan(
-            order=tuple(s.job_id for s in starts) + tuple(state.pending[i].job_id for i in ranked),
-            starts=tuple(starts),
-            holds=(hold,) if hold is not None else (),
-            waited=waited,
-        )
-
-    def choose(self, state: ClusterState) -> Choice:
-        """One decision (a job and its GPUs, or WAIT): what the latency benchmark times."""
-        with torch.inference_mode():
-            return self._choose(Context.of(state))[0]
 
     def explain(self, state: ClusterState, job_id: str | None = None, k: int = 5) -> Explanation:
         """The top-``k`` job choices with probabilities, the chosen (or named) job's
@@ -215,6 +150,10 @@ class AttentivePolicy:
             need_weights=need_weights,
         )
 
+    def _place(self, ctx: Context, enc: JobEncoding, slot: int, job: PendingJob) -> tuple[int, ...]:
+        gv = self.encoder.gpus(ctx, job)
+        return gv.placements[self._pick(self._gpu_logits(enc, slot, gv))].gpus
+
     def _gpu_logits(self, enc: JobEncoding, slot: int, gv: GpuView) -> torch.Tensor:
         logits, _ = self.net.gpu_agent(
             enc.jobs[:, slot],
@@ -224,66 +163,6 @@ class AttentivePolicy:
             torch.from_numpy(gv.share)[None],
         )
         return masked(logits, torch.from_numpy(gv.valid)[None])
-
-    def _pick(self, logits: torch.Tensor) -> int:
-        if self.deterministic:
-            return int(torch.argmax(logits, -1)[0])
-        return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=self._gen)[0, 0])
-
-    def _choose(self, ctx: Context) -> tuple[Choice, JobView, JobEncoding]:
-        view = self.encoder.jobs(ctx)
-        enc = self._encode(view)
-        slot = self._pick(masked(enc.logits, torch.from_numpy(view.action_mask)[None]))
-        if slot == self.encoder.window:
-            return Choice(None, ()), view, enc
-        index = int(view.index[slot])
-        job = ctx.state.pending[index]
-        gv = self.encoder.gpus(ctx, job)
-        k = self._pick(self._gpu_logits(enc, slot, gv))
-        return Choice(job, gv.placements[k].gpus, index), view, enc
-
-    def _hold(self, state: ClusterState, idx: int) -> Hold | None:
-        """Where and when pending job ``idx`` is expected to fit: release running jobs' GPUs
-        by their expected ends until a consolidated placement exists."""
-        job = state.pending[idx]
-        future = state.free.copy()
-        for run in sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id)):
-            future[list(run.gpus)] = True
-            if future.sum() < job.num_gpus:
-                continue
-            gpus = self._hold_placer.place(job, future, state)
-            if gpus is not None:
-                return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
-        return None
-
-
-def _started(state: ClusterState, index: int, gpus: tuple[int, ...]) -> ClusterState:
-    """``state`` after pending job ``index`` starts on ``gpus`` now."""
-    job = state.pending[index]
-    free = state.free.copy()
-    free[list(gpus)] = False
-    keep = np.ones(len(state.pending), bool)
-    keep[index] = False
-    q = state.queue
-    return ClusterState(
-        now=state.now,
-        topology=state.topology,
-        free=free,
-        pending=state.pending[:index] + state.pending[index + 1 :],
-        running=state.running + (RunningJob(job.job_id, job.user, gpus, job.submit_time, state.now, job.time_limit),),
-        users=state.users,
-        queue_arrays=QueueArrays(q.seq[keep], q.submit[keep], q.gpus[keep], q.limit[keep],
-                                 q.oracle[keep], q.user[keep], q.users),
-    )
-
-
-def _rank(state: ClusterState, view: JobView, logits: np.ndarray) -> list[int]:
-    """Queue indices: the window by logit (best first), then the others oldest first."""
-    k = int(view.valid.sum())
-    window = [int(view.index[s]) for s in np.argsort(-logits[:k], kind="stable")]
-    inside = set(window)
-    others = sorted((i for i in range(len(state.pending)) if i not in inside), key=lambda i: (state.pending[i].submit_time, i))
-    return window + others
 
 
 def _attention(enc: JobEncoding, view: JobView, slot: int, names: list, k: int) -> tuple[tuple[str, float], ...]:
@@ -312,4 +191,6 @@ def load_attentive(path: str | None = None, seed: int = 0) -> AttentivePolicy:
     """The attentive policy from a model file (default: the shipped model). Deterministic
     (argmax); ``seed`` seeds sampling for callers that switch ``deterministic`` off."""
     model = load_model(path if path is not None else default_model_path())
+    if model.agent != "attentive":
+        raise CheckpointError(f"{path}: a model of the {model.agent} agent, not attentive; run it as --policy {model.agent}")
     return AttentivePolicy(model.net, window=model.window, max_candidates=model.max_candidates, seed=seed)

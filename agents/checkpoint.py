@@ -1,4 +1,5 @@
-"""Saving and loading attentive models, safely and with checks that fail clearly.
+"""Saving and loading trained models (the attentive agents and the DRL baselines), safely
+and with checks that fail clearly.
 
 A model file is a plain dict written by ``torch.save`` and read with
 ``torch.load(weights_only=True)``, which unpickles only tensors and plain containers: a
@@ -9,7 +10,11 @@ model file cannot run code when it is loaded. Besides the weights it records:
 * ``dims``: the feature widths the weights were trained on. They are compared with the
   widths this attentived computes, so a model trained on other features fails with a
   message naming the mismatch instead of producing silent garbage;
-* ``net`` (layer sizes), ``window``, ``max_candidates`` and ``meta`` (how it was trained).
+* ``agent``: which network the weights belong to (``attentive``, ``deeprm``,
+  ``proximity-drl``; files written before the baselines existed have none and are
+  attentive), so a model is never loaded into the wrong policy;
+* ``net`` (what rebuilds the network: layer sizes, fixed input sizes), ``window``,
+  ``max_candidates`` and ``meta`` (how it was trained).
 
 Training checkpoints (`save_training` / `load_training`) add the optimizer, the update
 counter and RNG states, so ``attentived train --resume`` continues where a run stopped.
@@ -24,8 +29,10 @@ from typing import Any
 
 import torch
 
-from .features import CANDIDATE_FEATURES, JOB_FEATURES, NODE_FEATURES, SUMMARY_FEATURES, SUMMARY_TOKENS
-from .networks import AttentiveNet, NetConfig
+from torch import nn
+
+from .mlp import DeepRMNet, ProximityNet
+from .networks import AttentiveNet
 
 FORMAT = "attentived.attentive"
 VERSION = 1
@@ -35,31 +42,31 @@ class CheckpointError(ValueError):
     """A model file that cannot be used here; the message says why and what to do."""
 
 
-def feature_dims() -> dict[str, int]:
-    """The feature widths this version of attentived computes."""
-    return {
-        "job_features": JOB_FEATURES,
-        "summary_tokens": SUMMARY_TOKENS,
-        "summary_features": SUMMARY_FEATURES,
-        "node_features": NODE_FEATURES,
-        "candidate_features": CANDIDATE_FEATURES,
-    }
+NETS: dict[str, type[nn.Module]] = {cls.kind: cls for cls in (AttentiveNet, DeepRMNet, ProximityNet)}
+"""Network classes by the ``agent`` name a model file records."""
+
+
+def feature_dims(agent: str = "attentive") -> dict[str, int]:
+    """The feature widths this version of attentived computes for ``agent``'s network."""
+    return NETS[agent].dims()
 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    net: AttentiveNet
+    net: nn.Module  # AttentiveNet, DeepRMNet or ProximityNet, as ``agent`` says
     window: int
     max_candidates: int
     meta: dict[str, Any]
+    agent: str = "attentive"
 
 
-def _payload(net: AttentiveNet, window: int, max_candidates: int, meta: dict[str, Any]) -> dict[str, Any]:
+def _payload(net: nn.Module, window: int, max_candidates: int, meta: dict[str, Any]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,
-        "dims": feature_dims(),
-        "net": net.cfg.as_dict(),
+        "agent": net.kind,
+        "dims": net.dims(),
+        "net": net.spec(),
         "window": window,
         "max_candidates": max_candidates,
         "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()},
@@ -67,7 +74,7 @@ def _payload(net: AttentiveNet, window: int, max_candidates: int, meta: dict[str
     }
 
 
-def save_model(path: str | os.PathLike[str], net: AttentiveNet, *, window: int, max_candidates: int, meta: dict[str, Any]) -> Path:
+def save_model(path: str | os.PathLike[str], net: nn.Module, *, window: int, max_candidates: int, meta: dict[str, Any]) -> Path:
     """Write an inference model (weights and checks, no optimizer). ``meta`` must hold only
     plain values (str, int, float, bool, None, lists and dicts of them)."""
     path = Path(path)
@@ -80,7 +87,7 @@ def save_model(path: str | os.PathLike[str], net: AttentiveNet, *, window: int, 
 
 def save_training(
     path: str | os.PathLike[str],
-    net: AttentiveNet,
+    net: nn.Module,
     optimizer: torch.optim.Optimizer,
     *,
     window: int,
@@ -120,7 +127,11 @@ def _read(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key in ("dims", "net", "window", "max_candidates", "state_dict", "meta"):
         if key not in payload:
             raise CheckpointError(f"{path}: model file lacks {key!r} (truncated or hand-edited?)")
-    dims, expected = payload["dims"], feature_dims()
+    agent = payload.get("agent", "attentive")
+    if agent not in NETS:
+        raise CheckpointError(f"{path}: a model of agent {agent!r}, which this attentived does not know ({', '.join(NETS)})")
+    payload["agent"] = agent
+    dims, expected = payload["dims"], feature_dims(agent)
     wrong = [f"{k}: model {dims.get(k)!r}, features {v}" for k, v in expected.items() if dims.get(k) != v]
     if wrong:
         raise CheckpointError(
@@ -134,11 +145,11 @@ def _get(obj: Any, key: str) -> Any:
     return obj.get(key) if isinstance(obj, dict) else type(obj).__name__
 
 
-def _build(path: str | os.PathLike[str], payload: dict[str, Any]) -> AttentiveNet:
+def _build(path: str | os.PathLike[str], payload: dict[str, Any]) -> nn.Module:
     try:
-        net = AttentiveNet(NetConfig(**payload["net"]))
+        net = NETS[payload["agent"]].from_spec(payload["net"])
         net.load_state_dict(payload["state_dict"])
-    except (TypeError, RuntimeError, ValueError) as e:
+    except (TypeError, RuntimeError, ValueError, KeyError) as e:
         raise CheckpointError(f"{path}: weights do not fit the recorded network sizes: {e}") from None
     net.eval()
     return net
@@ -148,7 +159,7 @@ def load_model(path: str | os.PathLike[str]) -> LoadedModel:
     """Read and check a model file (either kind); raises `CheckpointError` with the reason."""
     payload = _read(path)
     net = _build(path, payload)
-    return LoadedModel(net, int(payload["window"]), int(payload["max_candidates"]), dict(payload["meta"]))
+    return LoadedModel(net, int(payload["window"]), int(payload["max_candidates"]), dict(payload["meta"]), payload["agent"])
 
 
 def load_training(path: str | os.PathLike[str]) -> tuple[LoadedModel, dict[str, Any], dict[str, Any]]:
@@ -157,5 +168,5 @@ def load_training(path: str | os.PathLike[str]) -> tuple[LoadedModel, dict[str, 
     if "optimizer" not in payload or "progress" not in payload:
         raise CheckpointError(f"{path}: an inference model, not a training checkpoint (nothing to resume)")
     net = _build(path, payload)
-    model = LoadedModel(net, int(payload["window"]), int(payload["max_candidates"]), dict(payload["meta"]))
+    model = LoadedModel(net, int(payload["window"]), int(payload["max_candidates"]), dict(payload["meta"]), payload["agent"])
     return model, payload["optimizer"], payload["progress"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -147,6 +147,8 @@ class AttentiveNet(nn.Module):
     ``0..K-1``. Everything the mask forbids is ``-1e8``.
     """
 
+    kind: ClassVar[str] = "attentive"
+
     def __init__(self, cfg: NetConfig = NetConfig()) -> None:
         super().__init__()
         self.cfg = cfg
@@ -178,6 +180,25 @@ class AttentiveNet(nn.Module):
             logits[gpu_rows, : cand_logits.shape[1]] = cand_logits
         value = self.critic(torch.cat([enc.context, chosen], dim=-1)).squeeze(-1)
         return logits.masked_fill(~mask, _MASKED), value
+
+    def spec(self) -> dict[str, Any]:
+        """What rebuilds this network (saved in model files)."""
+        return self.cfg.as_dict()
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> AttentiveNet:
+        return cls(NetConfig(**spec))
+
+    @staticmethod
+    def dims() -> dict[str, int]:
+        """The feature widths the weights depend on (checked when a model is loaded)."""
+        return {
+            "job_features": JOB_FEATURES,
+            "summary_tokens": SUMMARY_TOKENS,
+            "summary_features": SUMMARY_FEATURES,
+            "node_features": NODE_FEATURES,
+            "candidate_features": CANDIDATE_FEATURES,
+        }
 
 
 def masked(logits: Tensor, mask: Tensor) -> Tensor:

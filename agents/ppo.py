@@ -54,23 +54,22 @@ import torch
 from torch import nn
 
 from attentived.simulator.engine import JobRecord, Simulation
-from attentived.simulator.gym_env import Episode, Mixture, SchedulingEnv, TraceWindows
+from attentived.simulator.gym_env import Episode, Mixture, TraceWindows
 from attentived.simulator.metrics import summarize
 from attentived.simulator.replay import replay
 from attentived.simulator.samples import sample_path
 from attentived.simulator.trace import Trace, load_trace
 from attentived.topology import Topology
 
-from .attentive import AttentivePolicy, load_attentive
-from .checkpoint import load_training, save_model, save_training
+from .checkpoint import LoadedModel, load_training, save_model, save_training
 from .features import DEFAULT_WINDOW, MAX_CANDIDATES
-from .networks import AttentiveNet, NetConfig
-from .order import estimated_runtime
-from .placement import Consolidate
-from .policy import Policy, Ranking, Scheduler
-from .state import ClusterState
+from .kinds import KINDS, load_learned
+from .mlp import MlpConfig
+from .networks import NetConfig
+from .policy import Policy
 from .registry import ALL, make_policy
 from .reward import RewardWeights
+from .teacher import TEACHER, teacher_action
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,7 @@ class PPOConfig:
     """Every hyper-parameter of a training run."""
 
     # run
+    agent: str = "attentive"  # which network and environment (agents.kinds): attentive, deeprm, proximity-drl
     seed: int = 1
     out_dir: str = "runs/attentive"
     total_steps: int = 200_000
@@ -106,13 +106,16 @@ class PPOConfig:
     window: int = DEFAULT_WINDOW
     max_candidates: int = MAX_CANDIDATES
     max_nodes: int = 32  # node padding of the observation; >= the largest curriculum cluster
+    max_gpus: int = 128  # proximity-drl: GPU slots of its fixed-size input
+    order: str = "fifo"  # proximity-drl: the heuristic job order it places for
     train_trace: str = "philly"  # a bundled sample name or a trace file
     train_days: tuple[float, float] = (0.0, 30.0)
     tiresias_share: float = 0.1  # fraction of episodes drawn from the Tiresias job list
     curriculum: tuple[Stage, ...] = DEFAULT_CURRICULUM
     reward: RewardWeights = field(default_factory=RewardWeights)
     # model
-    net: NetConfig = field(default_factory=NetConfig)
+    net: NetConfig = field(default_factory=NetConfig)  # attentive
+    mlp: MlpConfig = field(default_factory=MlpConfig)  # deeprm, proximity-drl
     # PPO
     num_steps: int = 128  # per environment per rollout
     learning_rate: float = 3e-4
@@ -197,50 +200,6 @@ def _validate(policy: Policy, episodes: Sequence[Episode], weights: RewardWeight
     return float(np.mean(scores))
 
 
-# ---- the teacher ----
-
-
-@dataclass
-class SmallestGpuTimeFirst:
-    """Job order of the teacher: smallest estimated GPU-time first (GPUs x time limit x the
-    user's limit accuracy), FIFO on ties."""
-
-    name: str = "smallest-gpu-time"
-
-    def rank(self, state: ClusterState) -> Ranking:
-        key = [(j.num_gpus * estimated_runtime(j, state), j.submit_time, j.job_id) for j in state.pending]
-        return Ranking(tuple(sorted(range(len(key)), key=key.__getitem__)))
-
-
-TEACHER = Scheduler(SmallestGpuTimeFirst(), Consolidate(), backfill=True, name="teacher")
-"""Smallest-GPU-time-first with consolidated placement and EASY backfill: the strongest
-heuristic on the validation windows (ahead of every preset), and one that uses holds, so
-the agents also see when waiting pays."""
-
-
-def teacher_action(env: SchedulingEnv) -> int:
-    """`TEACHER`'s action in ``env``: the first job its plan starts (WAIT when the plan
-    starts nothing, which is when it holds GPUs for a blocked job), then that job's GPUs
-    among the candidates (the teacher places with Consolidate, one of the generators; a
-    backfilled job that must avoid held GPUs may land elsewhere, and then the consolidate
-    candidate stands in). A first start outside the agent's window, which the window's
-    construction makes rare, falls back to the feasible window job the teacher ranks first."""
-    view, state = env.job_view, env.state
-    plan = TEACHER.decide(state)
-    if env.phase == 1:  # the teacher's GPUs when it chose this job too, else consolidate's
-        sets = [c.gpus for c in env.placements]
-        chosen = state.pending[int(view.index[env.chosen_slot])].job_id
-        if plan.starts and plan.starts[0].job_id == chosen and tuple(sorted(plan.starts[0].gpus)) in sets:
-            return sets.index(tuple(sorted(plan.starts[0].gpus)))
-        return next(k for k, c in enumerate(env.placements) if "consolidate" in c.sources)
-    slot_of = {state.pending[int(i)].job_id: s for s, i in enumerate(view.index) if i >= 0 and view.feasible[s]}
-    if plan.starts and plan.starts[0].job_id in slot_of:
-        return slot_of[plan.starts[0].job_id]
-    if not plan.starts and view.action_mask[env.wait_action]:
-        return env.wait_action
-    return next((slot_of[j] for j in plan.order if j in slot_of), env.wait_action)
-
-
 # ---- tensors ----
 
 
@@ -265,14 +224,15 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     philly, tiresias = load_training_trace(cfg), load_trace(sample_path("tiresias-60"))
     val_eps = validation_episodes(cfg, philly)
 
-    net = AttentiveNet(cfg.net).to(device)
+    kind = KINDS[cfg.agent]
+    net = kind.make_net(cfg).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, eps=1e-5)
     start_update, global_step, best, history, wall_before = 1, 0, -math.inf, [], 0.0
     checkpoint = out / "checkpoint.pt"
     if resume and checkpoint.exists():
         model, opt_state, prog = load_training(checkpoint)
-        if (model.window, model.max_candidates) != (cfg.window, cfg.max_candidates):
-            raise ValueError(f"{checkpoint}: window/candidates differ from the config; cannot resume")
+        if (model.agent, model.window, model.max_candidates) != (cfg.agent, cfg.window, cfg.max_candidates):
+            raise ValueError(f"{checkpoint}: agent/window/candidates differ from the config; cannot resume")
         net.load_state_dict(model.net.state_dict())
         optimizer.load_state_dict(opt_state)
         start_update, global_step = prog["update"] + 1, prog["global_step"]
@@ -280,11 +240,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
         torch.set_rng_state(prog["torch_rng"])
 
     stage = cfg.stage(global_step)
-    envs = [
-        SchedulingEnv(_samplers(cfg, stage, philly, tiresias), window=cfg.window, max_nodes=cfg.max_nodes,
-                      max_candidates=cfg.max_candidates, reward=cfg.reward)
-        for _ in range(cfg.num_envs)
-    ]
+    envs = [kind.make_env(cfg, _samplers(cfg, stage, philly, tiresias)) for _ in range(cfg.num_envs)]
     reset_seed = cfg.seed * 1000 + (start_update - 1) * cfg.num_envs  # fresh and reproducible after a resume
     next_obs = _stack([env.reset(seed=reset_seed + i)[0] for i, env in enumerate(envs)])
     next_done = np.zeros(cfg.num_envs, bool)
@@ -323,7 +279,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 for k in obs_buf:
                     obs_buf[k][step] = next_obs[k]
                 dones[step] = next_done
-                teacher[step] = [teacher_action(env) for env in envs]
+                teacher[step] = [kind.teacher(env) for env in envs]
                 with torch.no_grad():
                     logits, value = net(_to_torch(next_obs, device))
                     dist = torch.distributions.Categorical(logits=logits)
@@ -426,7 +382,8 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 "val_score": "",
             }
             if update % cfg.val_every == 0 or update == cfg.num_updates:
-                policy = AttentivePolicy(net.cpu().eval(), window=cfg.window, max_candidates=cfg.max_candidates, threads=None)
+                model = LoadedModel(net.cpu().eval(), cfg.window, cfg.max_candidates, {}, cfg.agent)
+                policy = kind.make_policy(model, 0, None)
                 row["val_score"] = _validate(policy, val_eps, cfg.reward)
                 net.to(device)
                 history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
@@ -540,7 +497,7 @@ def evaluate(
     the model was not trained on (Philly days [40, 60) for the shipped model)."""
     runs: dict[str, list[dict[str, float]]] = {}
     for seed in seeds:
-        policies = [load_attentive(None if model_path is None else str(model_path), seed=seed)]
+        policies = [load_learned("attentive" if model_path is None else None, model_path, seed=seed)]
         policies += [make_policy(name, seed=seed) for name in baselines]
         result = replay(trace, topology, policies, seed=seed)
         for name, run in result.runs.items():

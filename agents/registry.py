@@ -56,6 +56,8 @@ _register_metaheuristics(PRESETS, ORDERS, Preset)
 #: Learned policies: loaded from a model file (``--model``; default the shipped one).
 LEARNED: dict[str, str] = {
     "attentive": "dual attention agents (job agent + topology-aware GPU agent), PPO-trained; the shipped model by default",
+    "deeprm": "DRL baseline: DeepRM-style MLP over 10 job slots picks jobs, consolidated placement; same PPO, reward, data",
+    "proximity-drl": "DRL baseline: Proximity-DRL-style MLP picks GPUs one at a time (<= 128 GPUs), FIFO order; same PPO",
 }
 
 #: What ``--policy all`` runs: every preset and the shipped agent (the oracle is an upper
@@ -74,6 +76,10 @@ def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
         from .attentive import load_attentive  # torch is imported only when asked for
 
         return load_attentive(model, seed=seed)
+    if spec in LEARNED:
+        from .kinds import load_learned
+
+        return load_learned(spec, model, seed=seed)
     if spec in PRESETS:
         p = PRESETS[spec]
         return Scheduler(ORDERS[p.order](), PLACERS[p.placer](seed), p.backfill, name=spec)
@@ -95,3 +101,31 @@ def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
 def needs_oracle(policy: Policy) -> bool:
     chooser = getattr(policy, "chooser", policy)
     return bool(getattr(chooser, "needs_oracle", False))
+
+
+def unsupported(policy: Policy, topology) -> str | None:
+    """Why ``policy`` cannot schedule ``topology`` (``None`` when it can). Policies, choosers
+    and placers with a fixed-size input (the proximity-drl network) say so through an
+    optional ``unsupported(topology)`` method; `Scheduler` asks its parts."""
+    for part in (policy, getattr(policy, "chooser", None), getattr(policy, "placer", None)):
+        check = getattr(part, "unsupported", None)
+        reason = check(topology) if callable(check) else None
+        if reason:
+            return reason
+    return None
+
+
+def runnable(names: list[str], policies: list[Policy], explicit: set[str], topology) -> tuple[list[Policy], list[str]]:
+    """The policies that can run on ``topology``, and a note for each one dropped. A policy
+    that came from ``all`` and cannot run is dropped; one named explicitly (``explicit``) is
+    an error (``UnknownPolicy``, naming the reason)."""
+    keep, notes = [], []
+    for name, policy in zip(names, policies):
+        reason = unsupported(policy, topology)
+        if reason is None:
+            keep.append(policy)
+        elif name in explicit:
+            raise UnknownPolicy(f"policy {name}: {reason}")
+        else:
+            notes.append(f"skipping {name}: {reason}")
+    return keep, notes

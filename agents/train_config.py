@@ -15,7 +15,7 @@ from typing import Any
 from .ppo import PPOConfig
 from .reward import RewardWeights
 
-_NESTED = {"curriculum", "net", "reward"}  # not settable as plain values
+_NESTED = {"curriculum", "net", "mlp", "reward"}  # not settable as plain values
 
 
 class TrainConfigError(ValueError):

@@ -118,7 +118,7 @@ def replay(
     Same decision code as the live daemon. Prints a table (or --json) of JCT, waiting
     time, fairness (Jain over users' mean waits), communication cost and utilization.
     """
-    from attentived.agents.registry import ALL, make_policy
+    from attentived.agents.registry import ALL, make_policy, runnable
     from attentived.simulator.replay import replay as run_replay
     from attentived.simulator.samples import sample_path
     from attentived.simulator.trace import load_trace, parse_duration
@@ -144,6 +144,9 @@ def replay(
         names = list(dict.fromkeys(names))
         policies = [make_policy(n, seed, model=str(model) if model else None) for n in names]
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
+        policies, notes = runnable(names, policies, set(policy) - {"all"}, topo)
+        for note in notes:
+            typer.echo(note, err=True)
         tr = load_trace(
             path,
             users=[u.strip() for u in users.split(",") if u.strip()] if users else None,
@@ -245,7 +248,7 @@ def compare(
             paths = list(trace) + [sample_path(s) for s in sample] or [sample_path("philly-sample")]
             workloads = cmp.load_workloads(paths, window, load_scale)
             topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
-            names = cmp.policy_names(policy)
+            names = cmp.policy_names(policy, topo, warn=lambda note: typer.echo(note, err=True))
             total = len(workloads) * len(names) * seeds
             with run_progress(total) as on_done:
                 result = cmp.compare(workloads, topo, names, range(seeds), workers=workers, on_done=on_done)
@@ -258,12 +261,13 @@ def compare(
 
 @app.command()
 def train(
+    agent: str = typer.Option("attentive", "--agent", help="What to train: attentive (the dual attention agents), or a DRL baseline: deeprm, proximity-drl."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Trace to learn from (default: the bundled Philly dev trace)."),
     days: str = typer.Option("0:30", "--days", help="START:END days of the trace to train on (hold out the rest for evaluation)."),
     steps: int = typer.Option(200_000, "--steps", help="PPO environment steps."),
     seed: int = typer.Option(1, "--seed", help="Seed for everything (windows, clusters, network init)."),
     time_budget: Optional[float] = typer.Option(None, "--time-budget", help="Stop after this many seconds, saving the best model."),
-    out_dir: Path = typer.Option(Path("runs/attentive"), "--out-dir", help="Checkpoints, metrics.csv/json and best.pt go here."),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Checkpoints, metrics.csv/json and best.pt go here (default runs/AGENT)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also copy the best model to this file (e.g. model.pt)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT_DIR/checkpoint.pt."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar with running reward and metrics."),
@@ -272,14 +276,18 @@ def train(
     reward_fairness: Optional[float] = typer.Option(None, "--reward-fairness", help="Weight of the fairness term over users' waits (default 2)."),
     reward_comm: Optional[float] = typer.Option(None, "--reward-comm", help="Weight of the communication-cost term (default 2)."),
 ) -> None:
-    """Train the attentive job and GPU agents with PPO (CPU works; a GPU is used when present).
+    """Train the attentive job and GPU agents, or a DRL baseline, with PPO (CPU works; a GPU
+    is used when present).
 
     Trains on windows of the trace over a curriculum of cluster sizes, validates on the
-    days after the training window, and keeps the best model. See docs/agents.md.
+    days after the training window, and keeps the best model. Every agent goes through the
+    same loop, reward and data; --agent picks the network and its environment. See
+    docs/agents.md and docs/results.md.
     """
     import shutil
     from dataclasses import replace
 
+    from attentived.agents.kinds import KINDS, kind_defaults
     from attentived.agents.ppo import PPOConfig
     from attentived.agents.ppo import train as run_training
     from attentived.agents.train_config import TrainConfigError, apply_settings, load_train_config
@@ -293,14 +301,17 @@ def train(
             raise _fail(f"--steps must be positive (got {steps})")
         if trace is not None and not trace.is_file():
             raise _fail(f"{trace}: no such file")
+        if agent not in KINDS:
+            raise _fail(f"--agent: unknown agent {agent!r}; one of {', '.join(KINDS)}")
+        base = replace(PPOConfig(), **kind_defaults(agent))
         try:
-            cfg = load_train_config(config) if config else PPOConfig()
+            cfg = load_train_config(config, base) if config else base
             reward = {k: v for k, v in (("jct", reward_jct), ("fairness", reward_fairness), ("comm", reward_comm)) if v is not None}
             cfg = apply_settings(cfg, {"reward": reward} if reward else {}, "command line")
         except TrainConfigError as e:
             raise _fail(str(e)) from None
         cfg = replace(
-            cfg, seed=seed, out_dir=str(out_dir), total_steps=steps, time_budget_s=time_budget,
+            cfg, seed=seed, out_dir=str(out_dir) if out_dir else cfg.out_dir, total_steps=steps, time_budget_s=time_budget,
             train_trace=str(trace) if trace else cfg.train_trace, train_days=(lo, hi), val_days=(hi, hi + 10.0),
         )
         best = run_training(cfg, progress=progress, resume=resume)

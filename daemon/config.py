@@ -40,9 +40,9 @@ class Key:
 KEYS: tuple[Key, ...] = (
     Key("interval", "float", 10.0, "Seconds between cycles (snapshot, decide, apply).", minimum=0.05, maximum=86400),
     Key("partitions", "list[str]", [], "Slurm partitions the daemon manages; jobs elsewhere are never touched. Empty: Slurm's default partition."),
-    Key("policy", "str", "fifo+consolidate", "Policy name as `attentived policies` lists it (preset or ORDER+PLACER[+backfill]), or `attentive` for the learned agent."),
+    Key("policy", "str", "fifo+consolidate", "Policy name as `attentived policies` lists it (preset or ORDER+PLACER[+backfill]), or a learned one: `attentive`, or the DRL baselines `deeprm` and `proximity-drl`."),
     Key("fallback_policy", "str", "fifo+consolidate", "Heuristic used when `policy` (or its model) cannot be loaded; the daemon says so in logs and metrics."),
-    Key("model", "path", "", "Model file for learned policies (`policy = \"attentive\"`); empty: the shipped model."),
+    Key("model", "path", "", "Model file for a learned policy (`attentive`, `deeprm`, `proximity-drl`); empty: that policy's shipped model."),
     Key("seed", "int", 0, "Seed for randomized policies.", minimum=0),
     Key("reservation_prefix", "str", "attentived-", "Name prefix of the daemon's reservations (`<prefix><jobid>`); every reservation with this prefix is the daemon's."),
     Key("reservation_ttl", "float", 900.0, "Seconds a hold reservation lasts; renewed when less than half is left, so a dead daemon's reservations expire by themselves.", minimum=60, maximum=7 * 86400),
@@ -220,7 +220,10 @@ def _check(cfg: Config, source: str) -> None:
 
 
 def is_learned(policy: str) -> bool:
-    return policy == "attentive" or policy.startswith("attentive+")
+    """A policy run from a model file (``attentive`` and the DRL baselines)."""
+    from attentived.agents.registry import LEARNED
+
+    return policy in LEARNED
 
 
 def render_defaults() -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
-from attentived.agents.registry import make_policy
+from attentived.agents.registry import make_policy, unsupported
 from attentived.topology import Topology, TopologyParseError
 
 from . import log as dlog
@@ -72,11 +72,8 @@ def new_cycle_id(seq: int) -> str:
 def load_policy(cfg: Config) -> tuple[Policy, str, str]:
     """(policy, its name, why the configured one was not used or "")."""
     try:
-        if is_learned(cfg.policy):
-            from attentived.agents.attentive import load_attentive
-
-            return load_attentive(cfg.model or None, seed=cfg.seed), cfg.policy, ""
-        return make_policy(cfg.policy, seed=cfg.seed), cfg.policy, ""
+        model = (cfg.model or None) if is_learned(cfg.policy) else None
+        return make_policy(cfg.policy, seed=cfg.seed, model=model), cfg.policy, ""
     except Exception as e:  # a corrupt model, a missing module: fall back, say so
         return make_policy(cfg.fallback_policy, seed=cfg.seed), cfg.fallback_policy, f"{cfg.policy}: {e}"
 
@@ -133,13 +130,30 @@ class Engine:
             return
         self.policy, self.policy_name, self.policy_fallback = load_policy(self.config)
         if self.policy_fallback:
-            self.log.error("policy.fallback", configured=self.config.policy, using=self.policy_name,
-                           reason=self.policy_fallback)
-            self.metrics.errors.inc(kind="policy")
+            self._fell_back()
         elif self.config.model and not is_learned(self.config.policy):
             self.log.warning("config.model_unused", policy=self.config.policy, model=self.config.model)
+        self._policy_metric()
+
+    def _fell_back(self) -> None:
+        self.log.error("policy.fallback", configured=self.config.policy, using=self.policy_name,
+                       reason=self.policy_fallback)
+        self.metrics.errors.inc(kind="policy")
+
+    def _policy_metric(self) -> None:
         self.metrics.policy.clear()
         self.metrics.policy.set(1, policy=self.policy_name, fallback="1" if self.policy_fallback else "0")
+
+    def _check_policy_fits(self) -> None:
+        """A policy that cannot schedule this cluster (a fixed-size network on a larger one)
+        is replaced by the fallback, as a model that does not load is."""
+        reason = unsupported(self.policy, self.topology) if self.policy is not None and self.topology is not None else None
+        if reason:
+            self.policy_fallback = f"{self.policy_name}: {reason}"
+            self.policy_name = self.config.fallback_policy
+            self.policy = make_policy(self.config.fallback_policy, seed=self.config.seed)
+            self._fell_back()
+            self._policy_metric()
 
     def reload(self, config: Config) -> None:
         """Swap in a validated config between cycles (waits for a running cycle)."""
@@ -186,6 +200,7 @@ class Engine:
                 topology_conf=self.config.topology_conf, slurm_config=conf, slurm_conf=self.config.slurm_conf)
             self.log.info("topology.loaded", source=self.topology_source.kind, paths=list(self.topology_source.paths),
                           nodes=len(self.topology.nodes), gpus=self.topology.num_gpus)
+        self._check_policy_fits()
         self.setup_done = True
 
     def permission_problem(self) -> str:

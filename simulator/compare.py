@@ -114,10 +114,13 @@ def make(name: str, seed: int = 0, factory: str | None = None) -> Policy:
     return policy
 
 
-def policy_names(requested: Sequence[str]) -> list[str]:
+def policy_names(requested: Sequence[str], topology: Topology | None = None,
+                 warn: Callable[[str], None] | None = None) -> list[str]:
     """Expand ``all`` (every registry preset, then every available `POLICIES` entry) and
-    drop repeats, keeping the order given."""
-    from attentived.agents.registry import ALL
+    drop repeats, keeping the order given. With ``topology``, a policy from ``all`` that
+    cannot run there (a fixed-size network on a larger cluster) is dropped with a note to
+    ``warn``; one named explicitly is a `CompareError`."""
+    from attentived.agents.registry import ALL, UnknownPolicy, runnable
 
     out: list[str] = []
     for p in requested:
@@ -128,7 +131,17 @@ def policy_names(requested: Sequence[str]) -> list[str]:
                     out.append(name)
         else:
             out.append(p)
-    return list(dict.fromkeys(out))
+    out = list(dict.fromkeys(out))
+    if topology is None:
+        return out
+    built = [make(n) for n in out]
+    try:
+        kept, notes = runnable(out, built, set(requested) - {"all"}, topology)
+    except UnknownPolicy as e:
+        raise CompareError(str(e)) from None
+    for note in notes:
+        (warn or (lambda _: None))(note)
+    return [n for n, p in zip(out, built) if any(p is k for k in kept)]
 
 
 def _factory_of(name: str, seed: int) -> str | None:

@@ -128,3 +128,34 @@ def test_train_then_evaluate_round_trip(tmp_path):
     doc = json.loads(r.stdout)
     assert set(doc["policies"]) == {"attentive", "fifo"}
     assert list(doc["policies"]["attentive"]) == list(SUMMARY_KEYS)
+
+
+def test_the_drl_baselines_run_and_say_when_a_cluster_is_too_large():
+    r = cli("replay", "--sample", "tiresias-60", "--nodes", "20", "--policy", "all", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "skipping proximity-drl: its network reads at most 128 GPUs, the cluster has 160" in r.stderr
+    names = set(json.loads(r.stdout)["policies"])
+    assert "deeprm" in names and "proximity-drl" not in names
+    r = cli("replay", "--sample", "tiresias-60", "--nodes", "20", "--policy", "proximity-drl")
+    assert r.returncode == 2 and "proximity-drl" in r.stderr and "128 GPUs" in r.stderr
+    r = cli("replay", "--sample", "tiresias-60", "--policy", "proximity-drl", "--policy", "deeprm", "--json")
+    assert r.returncode == 0, r.stderr
+    assert {m["jobs"] for m in json.loads(r.stdout)["policies"].values()} == {60}
+
+
+def test_a_model_of_another_agent_is_refused(tmp_path):
+    from attentived.agents.kinds import default_model_path
+
+    r = cli("replay", "--sample", "tiresias-60", "--policy", "deeprm", "--model", str(default_model_path("attentive")))
+    assert r.returncode == 2 and "a model of the attentive agent, not deeprm" in r.stderr
+    r = cli("train", "--agent", "dqn", "--steps", "10")
+    assert r.returncode == 2 and "unknown agent 'dqn'" in r.stderr and "proximity-drl" in r.stderr
+
+
+@pytest.mark.slow
+def test_train_a_drl_baseline_from_the_command_line(tmp_path):
+    r = cli("train", "--agent", "deeprm", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    r = cli("replay", "--sample", "tiresias-60", "--policy", "deeprm", "--model", str(tmp_path / "run" / "best.pt"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["policies"]["deeprm"]["jobs"] == 60

@@ -144,3 +144,34 @@ def test_validation_windows_come_from_the_validation_days(tmp_path):
     ids = {s.job.job_id for s in ep.jobs}
     in_days = {j.job_id for j in trace.jobs if cfg.val_days[0] * 86_400 <= j.submit_time < cfg.val_days[1] * 86_400}
     assert ids <= in_days and isinstance(ep, Episode)
+
+
+@pytest.mark.parametrize("agent", ["deeprm", "proximity-drl"])
+def test_the_same_loop_trains_the_drl_baselines(tmp_path, agent):
+    """One PPO loop, reward and data for every agent: each baseline trains, validates, saves
+    a model of its own kind, and is reproducible under the seed."""
+    from dataclasses import replace
+
+    from attentived.agents.checkpoint import CheckpointError, load_model
+    from attentived.agents.kinds import kind_defaults, load_learned
+
+    def config(sub):
+        cfg = tiny_config(tmp_path / sub)
+        kind = {k: v for k, v in kind_defaults(agent).items() if k not in ("out_dir", "curriculum")}
+        return replace(cfg, **kind, max_gpus=16, mlp=replace(cfg.mlp, hidden=32))
+
+    cfg = config("a")
+    best = train(cfg, progress=False)
+    model = load_model(best)
+    assert model.agent == agent and model.window == 10
+    rows = _rows(Path(cfg.out_dir) / "metrics.csv")
+    assert [r["update"] for r in rows] == ["1", "2"] and all(r["val_score"] for r in rows)
+    train(config("b"), progress=False)
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
+    assert strip(_rows(Path(config("b").out_dir) / "metrics.csv")) == strip(rows)
+    policy = load_learned(agent, best)
+    trace = load_trace(cfg.train_trace, start=0.5 * 86_400, max_jobs=25)
+    records = Simulation(prepare_jobs(trace.jobs, 0), uniform(2, 8), policy).run().records
+    assert len(records) == 25
+    with pytest.raises(CheckpointError, match=f"a model of the {agent} agent, not attentive"):
+        make_policy("attentive", model=str(best))

@@ -263,3 +263,23 @@ def test_many_cycles_on_a_churning_queue_leave_no_orphans(tmp_path, mode):
     live = {j.job_id for j in fake.jobs.values() if j.pending or j.active}
     assert all(name[len("attentived-"):] in live for name in fake.reservations)
     assert e.journal.counts()["cycles"] == 61
+
+
+@pytest.mark.parametrize("policy", ["deeprm", "proximity-drl"])
+def test_the_drl_baselines_run_live_from_their_shipped_models(tmp_path, policy):
+    fake = mix()
+    e = engine(tmp_path, fake, policy=policy)
+    assert e.policy_name == policy and not e.policy_fallback
+    r = e.run_cycle()
+    assert r.ok and (r.plan_doc["starts"] or r.plan_doc["holds"])
+    assert e.run_cycle().updates == 0  # the same snapshot gives the same plan: no churn
+
+
+def test_a_network_too_small_for_the_cluster_falls_back(tmp_path):
+    from attentived.topology import uniform
+
+    e = Engine(cfg(tmp_path, policy="proximity-drl", fallback_policy="fifo"), backend=mix(),
+               topology=uniform(20, 8, nodes_per_switch=4))
+    e.setup()
+    assert e.policy_name == "fifo" and "reads at most 128 GPUs, the cluster has 160" in e.policy_fallback
+    assert e.metrics.errors.value(kind="policy") == 1

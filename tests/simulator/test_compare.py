@@ -212,3 +212,15 @@ def test_cli_compare_bad_input_exits_2(args, message):
     r = CliRunner().invoke(app, ["compare", "--sample", "tiresias-60", "--workers", "1", *args])
     assert r.exit_code == 2, r.output
     assert message in r.output
+
+
+def test_all_drops_a_network_too_small_for_the_cluster_and_says_so():
+    from attentived.topology import uniform
+
+    notes: list[str] = []
+    names = cmp.policy_names(["all"], uniform(20, 8), warn=notes.append)
+    assert "deeprm" in names and "attentive" in names and "proximity-drl" not in names
+    assert notes == ["skipping proximity-drl: its network reads at most 128 GPUs, the cluster has 160"]
+    assert "proximity-drl" in cmp.policy_names(["all"], uniform(16, 8))
+    with pytest.raises(cmp.CompareError, match="proximity-drl: its network reads at most 128"):
+        cmp.policy_names(["fifo", "proximity-drl"], uniform(20, 8))

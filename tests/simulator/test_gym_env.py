@@ -54,10 +54,15 @@ def rollout(env, rng, seed=0, policy="random"):
             return total, steps, info
 
 
-def test_passes_the_gymnasium_checker():
+def gym_checked(env) -> None:
+    """Gymnasium's own checker (spaces, reset/step contracts, fresh observations)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        check_env(toy_env(), skip_render_check=True)
+        check_env(env, skip_render_check=True)
+
+
+def test_passes_the_gymnasium_checker():
+    gym_checked(toy_env())
 
 
 def test_random_masked_rollouts_finish_every_job_and_return_the_metrics():

@@ -1,0 +1,70 @@
+"""The teacher of the teacher-guided start of PPO (see `attentived.agents.ppo`).
+
+A strong heuristic whose actions the agents are pulled toward early in training (a
+behaviour-cloning term whose weight is annealed to a floor). Each trainable agent kind
+(`attentived.agents.kinds`) turns the teacher's plan into an action of its own
+environment; this module holds the plan and the two-phase environment's reading of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attentived.simulator.gym_env import SchedulingEnv
+
+from .order import estimated_runtime
+from .placement import Consolidate
+from .policy import Ranking, Scheduler
+from .state import ClusterState
+
+
+@dataclass
+class SmallestGpuTimeFirst:
+    """Job order of the teacher: smallest estimated GPU-time first (GPUs x time limit x the
+    user's limit accuracy), FIFO on ties."""
+
+    name: str = "smallest-gpu-time"
+
+    def rank(self, state: ClusterState) -> Ranking:
+        key = [(j.num_gpus * estimated_runtime(j, state), j.submit_time, j.job_id) for j in state.pending]
+        return Ranking(tuple(sorted(range(len(key)), key=key.__getitem__)))
+
+
+TEACHER = Scheduler(SmallestGpuTimeFirst(), Consolidate(), backfill=True, name="teacher")
+"""Smallest-GPU-time-first with consolidated placement and EASY backfill: the strongest
+heuristic on the validation windows (ahead of every preset), and one that uses holds, so
+the agents also see when waiting pays."""
+
+
+def teacher_action(env: SchedulingEnv) -> int:
+    """`TEACHER`'s action in ``env``: the first job its plan starts (WAIT when the plan
+    starts nothing, which is when it holds GPUs for a blocked job), then that job's GPUs
+    among the candidates (the teacher places with Consolidate, one of the generators; a
+    backfilled job that must avoid held GPUs may land elsewhere, and then the consolidate
+    candidate stands in). A first start outside the agent's window, which the window's
+    construction makes rare, falls back to the feasible window job the teacher ranks first."""
+    view, state = env.job_view, env.state
+    plan = TEACHER.decide(state)
+    if env.phase == 1:  # the teacher's GPUs when it chose this job too, else consolidate's
+        sets = [c.gpus for c in env.placements]
+        chosen = state.pending[int(view.index[env.chosen_slot])].job_id
+        if plan.starts and plan.starts[0].job_id == chosen and tuple(sorted(plan.starts[0].gpus)) in sets:
+            return sets.index(tuple(sorted(plan.starts[0].gpus)))
+        return consolidate_candidate(env)
+    slot_of = {state.pending[int(i)].job_id: s for s, i in enumerate(view.index) if i >= 0 and view.feasible[s]}
+    if plan.starts and plan.starts[0].job_id in slot_of:
+        return slot_of[plan.starts[0].job_id]
+    if not plan.starts and view.action_mask[env.wait_action]:
+        return env.wait_action
+    return next((slot_of[j] for j in plan.order if j in slot_of), env.wait_action)
+
+
+def consolidate_candidate(env: SchedulingEnv) -> int:
+    """The GPU-phase action that takes `Consolidate`'s placement (always a candidate)."""
+    return next(k for k, c in enumerate(env.placements) if "consolidate" in c.sources)
+
+
+def job_teacher_action(env: SchedulingEnv) -> int:
+    """`teacher_action` for an agent that only chooses jobs (DeepRM-style): the teacher's job,
+    and always the consolidated placement, the one such an agent can take."""
+    return consolidate_candidate(env) if env.phase == 1 else teacher_action(env)

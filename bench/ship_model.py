@@ -1,0 +1,71 @@
+"""Copy a training run's best model into the package, with its provenance record.
+
+Writes ``attentived/data/models/<agent>-default.pt`` (the run's ``best.pt``) and
+``<agent>-default.json``: the file's SHA-256 and size, parameter count, the command that
+trained it, the selected update and its validation score, the validation history, wall
+time, machine, reward weights and the full `PPOConfig`. The ``.md`` model card next to it
+is written by hand from these figures.
+
+    .venv/bin/python bench/ship_model.py RUN_DIR --command "attentived train --agent deeprm ..."
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+from pathlib import Path
+
+MODELS = Path(__file__).resolve().parent.parent / "attentived" / "data" / "models"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", type=Path, help="an `attentived train` output folder (best.pt, summary.json)")
+    ap.add_argument("--command", required=True, help="the exact command that trained it")
+    args = ap.parse_args()
+
+    import torch
+
+    from attentived.agents.checkpoint import load_model
+
+    best, summary = args.run_dir / "best.pt", json.loads((args.run_dir / "summary.json").read_text())
+    model = load_model(best)
+    meta = model.meta
+    name = f"{model.agent}-default.pt"
+    MODELS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(best, MODELS / name)
+    data = (MODELS / name).read_bytes()
+    cfg = summary["config"]
+    record = {
+        "model": name,
+        "agent": model.agent,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+        "parameters": sum(p.numel() for p in model.net.parameters()),
+        "network": model.net.spec(),
+        "command": args.command,
+        "seed": cfg["seed"],
+        "selected_update": meta.get("update"),
+        "selected_global_step": meta.get("global_step"),
+        "selected_val_score": meta.get("val_score"),
+        "updates_run": summary["updates"],
+        "steps_run": summary["global_step"],
+        "wall_s": summary["wall_s"],
+        "machine": {"cpu_cores": os.cpu_count(), "torch_threads": cfg["torch_threads"], "device": summary["device"],
+                    "torch": torch.__version__, "python": platform.python_version()},
+        "reward": cfg["reward"],
+        "train_trace": cfg["train_trace"], "train_days": cfg["train_days"], "val_days": cfg["val_days"],
+        "curriculum": cfg["curriculum"],
+        "validation_history": summary["validation"],
+        "config": cfg,
+    }
+    (MODELS / f"{model.agent}-default.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {MODELS / name} and {MODELS / f'{model.agent}-default.json'} (sha256 {record['sha256'][:12]})")
+
+
+if __name__ == "__main__":
+    main()
