@@ -145,11 +145,19 @@ def _get(obj: Any, key: str) -> Any:
     return obj.get(key) if isinstance(obj, dict) else type(obj).__name__
 
 
+_MAX_SIZE = 65_536  # no layer of a model attentived trains comes near this
+
+
 def _build(path: str | os.PathLike[str], payload: dict[str, Any]) -> nn.Module:
+    spec = payload["net"]
+    if not isinstance(spec, dict) or not all(
+        isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _MAX_SIZE) for v in spec.values()
+    ):
+        raise CheckpointError(f"{path}: implausible network sizes {spec!r} (corrupt or hand-edited?)")
     try:
-        net = NETS[payload["agent"]].from_spec(payload["net"])
+        net = NETS[payload["agent"]].from_spec(spec)
         net.load_state_dict(payload["state_dict"])
-    except (TypeError, RuntimeError, ValueError, KeyError) as e:
+    except Exception as e:  # torch asserts on some impossible shapes (heads not dividing d_model)
         raise CheckpointError(f"{path}: weights do not fit the recorded network sizes: {e}") from None
     net.eval()
     return net

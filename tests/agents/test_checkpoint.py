@@ -124,3 +124,17 @@ def test_weights_that_do_not_fit_the_recorded_sizes(tmp_path):
     torch.save(payload, path)
     with pytest.raises(CheckpointError, match="do not fit the recorded network sizes"):
         load_model(path)
+
+
+@pytest.mark.parametrize("d_model, message", [
+    (191, "do not fit the recorded network sizes"),  # 4 heads do not divide it: torch asserts
+    (10**9, "implausible network sizes"),  # would try to allocate before failing
+    (0, "implausible network sizes"),
+])
+def test_impossible_recorded_sizes_are_refused_before_building(tmp_path, d_model, message):
+    payload = torch.load(_save(tmp_path), weights_only=True)
+    payload["net"]["d_model"] = d_model
+    path = tmp_path / "sizes.pt"
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=message):
+        load_model(path)
