@@ -41,10 +41,9 @@ class DeepRMPolicy(TwoPhasePolicy):
         self._placer = Consolidate()
 
     def _encode(self, view: JobView) -> _Encoded:
-        logits, _ = self.net.job_logits(
+        return _Encoded(self.net.job_logits(
             torch.from_numpy(view.jobs)[None], torch.from_numpy(view.summary)[None], torch.from_numpy(view.valid)[None]
-        )
-        return _Encoded(logits)
+        ))
 
     def _place(self, ctx: Context, encoded: _Encoded, slot: int, job: PendingJob) -> tuple[int, ...]:
         gpus = self._placer.place(job, ctx.state.free, ctx.state)

@@ -44,7 +44,6 @@ class AgentKind:
     """One trainable agent (see the module docstring)."""
 
     name: str
-    summary: str
     make_net: Callable[[PPOConfig], nn.Module]
     make_env: Callable[[PPOConfig, EpisodeSampler], gym.Env]
     teacher: Callable[[Any], int]
@@ -149,17 +148,14 @@ def _proximity_defaults() -> dict[str, Any]:
 
 KINDS: dict[str, AgentKind] = {
     "attentive": AgentKind(
-        "attentive", "dual attention agents (job agent + topology-aware GPU agent)",
-        _attentive_net, _two_phase_env, _teacher, _attentive_policy,
+        "attentive", _attentive_net, _two_phase_env, _teacher, _attentive_policy,
     ),
     "deeprm": AgentKind(
-        "deeprm", "DeepRM-style MLP over 10 job slots; consolidated placement",
-        _deeprm_net, _two_phase_env, _job_teacher, _deeprm_policy,
+        "deeprm", _deeprm_net, _two_phase_env, _job_teacher, _deeprm_policy,
         defaults=lambda: {"window": 10, "out_dir": "runs/deeprm"},
     ),
     "proximity-drl": AgentKind(
-        "proximity-drl", "Proximity-DRL-style MLP choosing GPUs one at a time; FIFO job order",
-        _proximity_net, _gpu_env, _gpu_teacher, _proximity_policy,
+        "proximity-drl", _proximity_net, _gpu_env, _gpu_teacher, _proximity_policy,
         defaults=_proximity_defaults,
     ),
 }

@@ -1,6 +1,9 @@
-"""PPO for the attentive agents, in one loop, in the manner of CleanRL's ``ppo.py``.
+"""PPO for the attentive agents and the DRL baselines, in one loop, in the manner of
+CleanRL's ``ppo.py``.
 
-Everything tunable is in `PPOConfig`. The loop is the textbook one: collect
+Everything tunable is in `PPOConfig`; ``agent`` picks what is trained (`agents.kinds`:
+the network, its environment, the teacher's action there and the policy that runs it),
+and everything else -- data, curriculum, reward, the loop, validation -- is shared. The loop is the textbook one: collect
 ``num_steps`` transitions from each of ``num_envs`` environments with the current policy,
 compute advantages with GAE, then run ``update_epochs`` epochs of clipped PPO on shuffled
 minibatches. A transition is one phase of a decision (a job or WAIT, or a placement), so
@@ -9,7 +12,7 @@ masked actions get logits of ``-1e8``, so they are never sampled and never contr
 the entropy.
 
 One addition to textbook PPO: a teacher-guided start. The loss also has ``bc_coef x``
-the cross-entropy toward a heuristic teacher's action (`teacher_action`) on the same
+the cross-entropy toward a heuristic teacher's action (`agents.teacher`) on the same
 observations; the coefficient falls linearly from ``bc_coef`` to ``bc_floor`` over the
 first ``bc_until`` of training and stays there. From scratch, a near-uniform policy over
 65 job slots picks WAIT often enough to idle the cluster for hours; on the 2-core budget
@@ -514,15 +517,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     """``python -m attentived.agents.ppo``: train with the defaults, overriding a few."""
     import argparse
 
-    ap = argparse.ArgumentParser(description="Train the attentive agents with PPO (see docs/agents.md).")
-    ap.add_argument("--out-dir", default=PPOConfig.out_dir)
+    from dataclasses import replace
+
+    from .kinds import KINDS, kind_defaults
+
+    ap = argparse.ArgumentParser(description="Train the attentive agents or a DRL baseline with PPO (see docs/agents.md).")
+    ap.add_argument("--agent", default="attentive", choices=list(KINDS))
+    ap.add_argument("--out-dir", default=None, help="default runs/AGENT")
     ap.add_argument("--seed", type=int, default=PPOConfig.seed)
     ap.add_argument("--total-steps", type=int, default=PPOConfig.total_steps)
     ap.add_argument("--time-budget", type=float, default=None, help="seconds of wall time before stopping")
     ap.add_argument("--resume", action="store_true", help="continue from OUT_DIR/checkpoint.pt")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    cfg = PPOConfig(out_dir=args.out_dir, seed=args.seed, total_steps=args.total_steps, time_budget_s=args.time_budget)
+    cfg = replace(PPOConfig(), **kind_defaults(args.agent))
+    cfg = replace(cfg, out_dir=args.out_dir or cfg.out_dir, seed=args.seed, total_steps=args.total_steps,
+                  time_budget_s=args.time_budget)
     print(train(cfg, progress=not args.no_progress, resume=args.resume))
 
 

@@ -56,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from attentived.agents.ppo import evaluate
-    from attentived.agents.registry import ALL
+    from attentived.agents.registry import PRESETS
 
     seeds = (0,) if args.quick else (0, 1)
     doc: dict = {"benchmark": "agents_quality", "held_out_days": [40, 60], "seeds": list(seeds), "settings": {}}
@@ -64,7 +64,7 @@ def main() -> None:
         per_window = []
         t0 = time.perf_counter()
         for trace in traces:
-            per_window.append(evaluate(args.model, trace, topo, seeds=seeds, baselines=ALL).policies)
+            per_window.append(evaluate(args.model, trace, topo, seeds=seeds, baselines=tuple(PRESETS)).policies)
         names = list(per_window[0])
         mean = {n: {k: float(np.mean([w[n][k] for w in per_window])) for k in KEYS} for n in names}
         heur = [n for n in names if n != "attentive"]
