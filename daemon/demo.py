@@ -842,10 +842,11 @@ class Demo:
         argv = [sys.executable, "-m", "attentived", "start", "--config", str(cfg)]
         env = dict(os.environ, SLURM_CONF=str(lab.slurm_conf))
         env.pop("NOTIFY_SOCKET", None)
+        status = state_dir / "status.json"
+        status.unlink(missing_ok=True)  # a kept cluster's earlier run must not pass for this daemon's first cycle
         with open(self.daemon_log, "wb") as log:
             self.daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                            env=env, start_new_session=True)
-        status = state_dir / "status.json"
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.daemon.poll() is not None:
@@ -986,7 +987,7 @@ class Demo:
 
     def _cleanup(self, stop_cluster: bool) -> None:
         self.stop.set()
-        if self.submitter is not None:
+        if self.submitter is not None and self.submitter.ident is not None:  # Ctrl-C can land before start()
             self.submitter.join(30)
         try:
             self._stop_daemon()

@@ -446,12 +446,13 @@ def test_ctrl_c_stops_the_daemon_the_jobs_and_the_cluster(slurm_installed_or_ski
     import signal
     import sys
     import threading
+    import time
 
     from attentived.daemon.lab import Lab
 
     env = dict(os.environ, ATTENTIVED_DEMO_RUN=INT_RUN_DIR, ATTENTIVED_DEMO_PORT_BASE=str(INT_PORT_BASE))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attentived", "demo", "--jobs", "12", "--time-scale", "1e6", "--seed", "2"],
+        [sys.executable, "-m", "attentived", "demo", "--jobs", "12", "--time-scale", "2e4", "--seed", "2"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
     steering = threading.Event()
@@ -466,9 +467,13 @@ def test_ctrl_c_stops_the_daemon_the_jobs_and_the_cluster(slurm_installed_or_ski
     reader.start()
     try:
         assert steering.wait(240), "".join(lines)
-        # No pause here: the steered run lasts only seconds, and a SIGINT that arrives once
-        # it is over lands in the clean-up, which ignores it by design (seen once, loaded).
+        # Interrupt once a demo job is in Slurm (so there is something to cancel) and well
+        # before the steered run ends (time scale 2e4: it lasts 10-20 s; a SIGINT after it
+        # lands in the clean-up, which ignores a second Ctrl-C by design).
         lab = Lab(INT_RUN_DIR, port_base=INT_PORT_BASE)
+        deadline = time.time() + 60
+        while not lab.run(["squeue", "-h", "-o", "%i"], check=False).stdout.strip() and time.time() < deadline:
+            time.sleep(0.1)
         assert lab.is_running() and _daemons(INT_RUN_DIR)
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(120)
@@ -550,3 +555,16 @@ def test_table_and_outputs(tmp_path):
     assert len(doc["runs"]["attentived"]["jobs"]) == 12 and doc["workload"]["jobs"][0]["name"] == "demo-000"
     rows = (tmp_path / "jobs.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 12
+
+
+def test_cleanup_after_a_ctrl_c_that_lands_before_the_submitter_starts(tmp_path):
+    """Ctrl-C between creating the submitter and starting it: the clean-up must still run to
+    the end (it used to raise on joining an unstarted thread, leaving the daemon running)."""
+    import threading
+
+    demo = dm.Demo(dm.DemoOptions(run_dir=str(tmp_path / "run")))
+    demo.submitter = threading.Thread(target=lambda: None)
+    stopped = []
+    demo._stop_daemon = lambda: stopped.append(True)
+    demo.cleanup(stop_cluster=True)
+    assert stopped == [True] and demo.stop.is_set()
