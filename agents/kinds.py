@@ -126,7 +126,7 @@ def _proximity_policy(model: LoadedModel, seed: int, threads: int | None) -> Pol
     if threads is not None:
         torch.set_num_threads(threads)
     net = model.net
-    return Scheduler(ORDERS[net.order](), ProximityPlacer(net, seed=seed), backfill=False, name="proximity-drl")
+    return Scheduler(ORDERS[net.order](seed), ProximityPlacer(net, seed=seed), backfill=False, name="proximity-drl")
 
 
 def _gpu_teacher(env: Any) -> int:

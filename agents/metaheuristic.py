@@ -237,6 +237,6 @@ def register(presets: MutableMapping, orders: MutableMapping[str, Callable], pre
         ("annealing", Annealing, "simulated annealing over job order and packing (look-ahead model), consolidated placement"),
         ("portfolio", Portfolio, "best heuristic order by the look-ahead cost, no search; consolidated placement"),
     ):
-        orders[name] = factory
+        orders[name] = lambda seed, factory=factory: factory(seed=seed)
         if preset_type is not None:
             presets[name] = preset_type(name, "consolidate", False, what)

@@ -14,14 +14,16 @@ from .order import Fifo, FairShare, OracleShortestJobFirst, ShortestJobFirst, Sl
 from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from .policy import JobChooser, Placer, Policy, Scheduler
 
-ORDERS: dict[str, Callable[[], JobChooser]] = {
-    "fifo": Fifo,
-    "sjf": ShortestJobFirst,
-    "fair-share": FairShare,
-    "tiresias": Tiresias,
-    "slurm-multifactor": SlurmMultifactor,
-    "sjf-oracle": OracleShortestJobFirst,
+ORDERS: dict[str, Callable[[int], JobChooser]] = {
+    "fifo": lambda seed: Fifo(),
+    "sjf": lambda seed: ShortestJobFirst(),
+    "fair-share": lambda seed: FairShare(),
+    "tiresias": lambda seed: Tiresias(),
+    "slurm-multifactor": lambda seed: SlurmMultifactor(),
+    "sjf-oracle": lambda seed: OracleShortestJobFirst(),
 }
+"""Job orders by name; each factory takes the run's seed (the searches use it, the
+heuristics are deterministic and ignore it)."""
 
 PLACERS: dict[str, Callable[[int], Placer]] = {
     "first-fit": lambda seed: FirstFit(),
@@ -82,7 +84,7 @@ def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
         return load_learned(spec, model, seed=seed)
     if spec in PRESETS:
         p = PRESETS[spec]
-        return Scheduler(ORDERS[p.order](), PLACERS[p.placer](seed), p.backfill, name=spec)
+        return Scheduler(ORDERS[p.order](seed), PLACERS[p.placer](seed), p.backfill, name=spec)
     parts = spec.split("+")
     backfill = parts[-1] == "backfill"
     if backfill:
@@ -95,7 +97,7 @@ def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
             f"({', '.join(LEARNED)}) or ORDER+PLACER[+backfill] "
             f"with ORDER in {', '.join(ORDERS)} and PLACER in {', '.join(PLACERS)}"
         )
-    return Scheduler(ORDERS[parts[0]](), PLACERS[parts[1]](seed), backfill, name=spec)
+    return Scheduler(ORDERS[parts[0]](seed), PLACERS[parts[1]](seed), backfill, name=spec)
 
 
 def needs_oracle(policy: Policy) -> bool:

@@ -118,12 +118,12 @@ def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, learned: Ma
     for name, summary in learned.items():
         t.add_row(name, summary)
     console.print(t)
-    for title, reg, probe in (("job orders", orders, lambda f: f()), ("placers", placers, lambda f: f(0))):
+    for title, reg in (("job orders", orders), ("placers", placers)):
         t = Table(title=f"{title} (compose as ORDER+PLACER[+backfill])", title_justify="left")
         t.add_column("name")
         t.add_column("what")
         for name, factory in reg.items():
-            doc = (type(probe(factory)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            doc = (type(factory(0)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             t.add_row(name, " ".join(doc.split()))
         console.print(t)
 

@@ -63,7 +63,7 @@ class GpuByGpuEnv(gym.Env):
 
         self.episodes = episodes
         self.order = order
-        self.heuristic = Scheduler(ORDERS[order](), Consolidate(), backfill=False)
+        self.heuristic = Scheduler(ORDERS[order](0), Consolidate(), backfill=False)
         self.observer = Observer(max_gpus, window)
         self.max_gpus, self.weights, self.invalid_penalty = max_gpus, reward, invalid_penalty
         self.observation_space = spaces.Dict(

@@ -295,6 +295,15 @@ def test_register_adds_orders_and_presets(lab):
     for name in ("genetic", "annealing", "portfolio"):
         p = presets[name]
         assert (p.order, p.placer, p.backfill) == (name, "consolidate", False)
-        pol = Scheduler(orders[p.order](), PLACERS[p.placer](0), p.backfill, name=name)
+        pol = Scheduler(orders[p.order](0), PLACERS[p.placer](0), p.backfill, name=name)
         check_plan(blocked_head(lab), pol.decide(blocked_head(lab)))
     assert "genetic" not in PRESETS or PRESETS["genetic"].order == "genetic"  # globals untouched here
+
+
+@pytest.mark.parametrize("name", ["genetic", "annealing", "portfolio", "genetic+consolidate+backfill"])
+def test_the_run_seed_reaches_the_search(name):
+    """`replay --seed` / `compare` seeds vary the searches' own randomness too, so their
+    confidence intervals include it (they used to search with seed 0 whatever the run's)."""
+    from attentived.agents.registry import make_policy
+
+    assert [make_policy(name, seed=s).chooser.seed for s in (0, 4)] == [0, 4]
