@@ -453,7 +453,10 @@ def test_ctrl_c_stops_the_daemon_the_jobs_and_the_cluster(slurm_installed_or_ski
     env = dict(os.environ, ATTENTIVED_DEMO_RUN=INT_RUN_DIR, ATTENTIVED_DEMO_PORT_BASE=str(INT_PORT_BASE))
     proc = subprocess.Popen(
         [sys.executable, "-m", "attentived", "demo", "--jobs", "12", "--time-scale", "2e4", "--seed", "2"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # As from a terminal: a suite started in the background (`cmd &`) inherits SIGINT
+        # ignored, and Python then never turns Ctrl-C into KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     steering = threading.Event()
 
