@@ -51,6 +51,36 @@ def journal_bytes(state: Path) -> int:
     return sum(p.stat().st_size for p in state.glob("journal.sqlite*"))
 
 
+class Watch:
+    """What both soaks record per cycle: the cycle's actions and failures (in ``stats``),
+    RSS at cycle 100, the most file descriptors and the largest journal on disk."""
+
+    def __init__(self, state: Path, **counters: int) -> None:
+        self.state = state
+        self.stats = dict(failed_cycles=0, failed_actions=0, actions=0, leak_checks=0, leaks=0, **counters)
+        self.rss0, self.fd0 = rss_mib(), fds()
+        self.rss100, self.fd_max, self.jmax = 0.0, 0, 0
+
+    def cycle(self, c: int, res) -> None:
+        self.stats["actions"] += len(res.outcomes)
+        self.stats["failed_actions"] += res.failed
+        if not res.ok and res.error_kind != "apply":
+            self.stats["failed_cycles"] += 1
+        if c == 99:
+            gc.collect()
+            self.rss100 = rss_mib()
+        self.fd_max = max(self.fd_max, fds())
+        self.jmax = max(self.jmax, journal_bytes(self.state))
+
+    def report(self) -> dict:
+        gc.collect()
+        end = rss_mib()
+        return dict(rss_mib_start=round(self.rss0, 1), rss_mib_at_100=round(self.rss100, 1), rss_mib_end=round(end, 1),
+                    rss_growth_after_100_mib=round(end - self.rss100, 1) if self.rss100 else None,
+                    fds_start=self.fd0, fds_max=self.fd_max, fds_end=fds(), journal_bytes_max=self.jmax,
+                    journal_bytes_end=journal_bytes(self.state), **self.stats)
+
+
 def soak_fake(cycles: int, seed: int, state: Path) -> dict:
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
@@ -68,10 +98,9 @@ def soak_fake(cycles: int, seed: int, state: Path) -> dict:
     eng = Engine(C.Config(state_dir=str(state), partitions=("main",), metrics_port=0, interval=1.0,
                           journal_max_rows=1000, journal_max_plans=50, log_level="error"),
                  backend=fake, topology=topo)
-    next_id, ends, stats = 1, {}, dict(submitted=0, started=0, finished=0, cancelled=0, failed_cycles=0,
-                                       failed_actions=0, actions=0, leak_checks=0, leaks=0)
-    rss100 = fd_max = jmax = max_pending = max_holds = 0
-    rss0, fd0 = rss_mib(), fds()
+    watch = Watch(state, submitted=0, started=0, finished=0, cancelled=0)
+    next_id, ends, stats = 1, {}, watch.stats
+    max_pending = max_holds = 0
     t0 = time.monotonic()
     for c in range(cycles):
         fake.now = now = now + 30
@@ -98,10 +127,7 @@ def soak_fake(cycles: int, seed: int, state: Path) -> dict:
             del fake.jobs[jid]
         res = eng.run_cycle()
         fake.calls.clear()  # the in-memory Slurm's own write log is the bench's, not the daemon's
-        stats["actions"] += len(res.outcomes)
-        stats["failed_actions"] += res.failed
-        if not res.ok and res.error_kind != "apply":
-            stats["failed_cycles"] += 1
+        watch.cycle(c, res)
         max_pending = max(max_pending, res.counts.get("pending", 0))
         max_holds = max(max_holds, sum(1 for h in (res.plan_doc or {}).get("holds", []) if h["reservation"]))
         # Slurm starts what the plan starts, where the plan put it
@@ -126,11 +152,6 @@ def soak_fake(cycles: int, seed: int, state: Path) -> dict:
                 j = fake.jobs.get(name[len("attentived-"):])
                 if j is None or not (j.pending or j.active):
                     stats["leaks"] += 1
-        if c == 99:
-            gc.collect()
-            rss100 = rss_mib()
-        fd_max = max(fd_max, fds())
-        jmax = max(jmax, journal_bytes(state))
     elapsed = time.monotonic() - t0
     # drain: every job ends, the daemon must leave no reservation behind
     for j in list(fake.jobs.values()):
@@ -140,14 +161,10 @@ def soak_fake(cycles: int, seed: int, state: Path) -> dict:
         fake.now = now = now + 30
         eng.run_cycle()
     left = [n for n in fake.reservations if n.startswith("attentived-")]
-    gc.collect()
     out = dict(target="fake (daemon/testing.py, 4 nodes x 8 GPUs)", cycles=cycles, seconds=round(elapsed, 1),
-               cycles_per_second=round(cycles / elapsed, 1), rss_mib_start=round(rss0, 1),
-               rss_mib_at_100=round(rss100, 1), rss_mib_end=round(rss_mib(), 1),
-               rss_growth_after_100_mib=round(rss_mib() - rss100, 1), fds_start=fd0, fds_max=fd_max, fds_end=fds(),
-               journal_bytes_max=jmax, journal_bytes_end=journal_bytes(state),
+               cycles_per_second=round(cycles / elapsed, 1), **watch.report(),
                journal_rows=dict(cycles=len(eng.journal.cycles(100_000))), journal_max_rows=1000,
-               reservations_left_after_drain=len(left), max_pending=max_pending, max_holds=max_holds, **stats)
+               reservations_left_after_drain=len(left), max_pending=max_pending, max_holds=max_holds)
     eng.journal.close()
     return out
 
@@ -171,31 +188,21 @@ def soak_lab(cycles: int, seed: int, state: Path) -> dict:
         eng = Engine(C.Config(state_dir=str(state), partitions=("main",), metrics_port=0, interval=0.2,
                               slurm_conf=str(lab.slurm_conf), journal_max_rows=1000, journal_max_plans=50,
                               log_level="error"))
-        stats = dict(submitted=0, failed_cycles=0, failed_actions=0, actions=0, leaks=0, leak_checks=0)
-        rss0, fd0 = rss_mib(), fds()
-        rss100 = fd_max = jmax = 0
+        watch = Watch(state, submitted=0)
+        stats = watch.stats
         t0 = time.monotonic()
         for c in range(cycles):
             for _ in range(rng.choice((0, 0, 1, 1, 2))):
                 lab.submit(rng.choice(("alice", "bob", "carol")), rng.choice((1, 2, 4, 8)),
                            script=f"sleep {rng.randint(1, 4)}")
                 stats["submitted"] += 1
-            res = eng.run_cycle()
-            stats["actions"] += len(res.outcomes)
-            stats["failed_actions"] += res.failed
-            if not res.ok and res.error_kind != "apply":
-                stats["failed_cycles"] += 1
+            watch.cycle(c, eng.run_cycle())
             if c % 10 == 0:
                 stats["leak_checks"] += 1
                 pending = {k for k, v in _jobs(lab).items() if v in ("PENDING", "RUNNING", "CONFIGURING")}
                 for name in lab.reservations():
                     if name.startswith("attentived-") and name[len("attentived-"):] not in pending:
                         stats["leaks"] += 1
-            if c == 99:
-                gc.collect()
-                rss100 = rss_mib()
-            fd_max = max(fd_max, fds())
-            jmax = max(jmax, journal_bytes(state))
             time.sleep(0.2)
         elapsed = time.monotonic() - t0
         lab.run(["scancel", "--user=alice", "--user=bob", "--user=carol"], check=False)
@@ -208,10 +215,7 @@ def soak_lab(cycles: int, seed: int, state: Path) -> dict:
             eng.run_cycle()
         left = [n for n in lab.reservations() if n.startswith("attentived-")]
         out = dict(target="lab (real Slurm 22.05, 4 nodes x 8 GPUs)", cycles=cycles, seconds=round(elapsed, 1),
-                   rss_mib_start=round(rss0, 1), rss_mib_at_100=round(rss100, 1), rss_mib_end=round(rss_mib(), 1),
-                   rss_growth_after_100_mib=round(rss_mib() - rss100, 1) if rss100 else None,
-                   fds_start=fd0, fds_max=fd_max, fds_end=fds(), journal_bytes_max=jmax,
-                   journal_bytes_end=journal_bytes(state), reservations_left_after_drain=len(left), **stats)
+                   **watch.report(), reservations_left_after_drain=len(left))
         eng.journal.close()
         if started_lab:
             lab.stop()
