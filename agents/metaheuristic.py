@@ -220,6 +220,11 @@ def mutate(order: tuple[int, ...], pack: tuple[bool, ...], flexible: list[int], 
     return tuple(o), pack
 
 
+NAMES = ("genetic", "annealing", "portfolio")
+"""The look-ahead job orders `register` adds (benchmarks that compare with the plain
+heuristics leave them out)."""
+
+
 def register(presets: MutableMapping, orders: MutableMapping[str, Callable], preset_type: Callable | None = None) -> None:
     """Add ``genetic``, ``annealing`` and ``portfolio`` to a registry's job orders and,
     with ``preset_type`` (``registry.Preset``), as presets with the consolidating placer
