@@ -38,7 +38,7 @@ import numpy as np
 
 from attentived.topology import Topology
 
-from .features import FeatureEncoder, fits, log_time
+from .features import Context, FeatureEncoder, fits, log_time
 from .order import estimated_runtime
 from .placement import free_counts
 from .state import ClusterState, PendingJob
@@ -49,11 +49,22 @@ _JOB_INPUTS = 8
 GLOBAL_FEATURES = _JOB_INPUTS + 3 * QUEUE_WINDOW
 
 _DAY = 86_400.0
-_NEVER = 30 * _DAY  # a GPU that is down or drained
 
 
 class ClusterTooLarge(ValueError):
     """The cluster has more GPUs than the network's fixed input."""
+
+
+def too_large(max_gpus: int, topology: Topology) -> str | None:
+    """Why a network reading ``max_gpus`` GPU slots cannot schedule ``topology``, or None."""
+    if topology.num_gpus > max_gpus:
+        return f"its network reads at most {max_gpus} GPUs, the cluster has {topology.num_gpus}"
+    return None
+
+
+def can_place(job: PendingJob, free: np.ndarray, topology: Topology) -> bool:
+    """Whether ``job`` fits the GPUs ``free`` leaves (node shape included)."""
+    return fits(job, int(free.sum()), free_counts(topology, free)[1])
 
 
 @dataclass
@@ -73,16 +84,10 @@ class Observer:
     def _prepare(self, state: ClusterState) -> None:
         if state is self._state:
             return
-        topo = state.topology
-        if topo.num_gpus > self.max_gpus:
-            raise ClusterTooLarge(
-                f"the proximity-drl network reads {self.max_gpus} GPUs; this cluster has {topo.num_gpus} "
-                "(train one with a larger max_gpus)"
-            )
-        until = np.where(state.free, 0.0, _NEVER)
-        for r in state.running:
-            until[list(r.gpus)] = max(r.expected_end(state.now) - state.now, 0.0)
-        self._state, self._until = state, until
+        reason = too_large(self.max_gpus, state.topology)
+        if reason:
+            raise ClusterTooLarge(f"proximity-drl: {reason} (train one with a larger max_gpus)")
+        self._state, self._until = state, Context.of(state).until_free
         self._fifo = np.argsort(state.queue.seq, kind="stable")
 
     def observe(self, state: ClusterState, free: np.ndarray, job: PendingJob, picked: list[int]) -> dict[str, np.ndarray]:
@@ -102,8 +107,7 @@ class Observer:
         gpus[:n, 2] = chosen
         gpus[:n, 3] = log_time(until)
         gpus[:n, 4] = distance_to(topo, picked)
-        island_free = np.bincount(topo.gpu_island, weights=available, minlength=topo.num_islands)
-        node_free = np.bincount(topo.gpu_node, weights=available, minlength=len(topo.nodes))
+        island_free, node_free = free_counts(topo, available)
         gpus[:n, 5] = (island_free / topo.island_size)[topo.gpu_island]
         gpus[:n, 6] = (node_free / np.diff(topo.node_first_gpu))[topo.gpu_node]
         mask = np.zeros(G, np.int8)
@@ -188,12 +192,10 @@ class ProximityPlacer:
 
     def unsupported(self, topology: Topology) -> str | None:
         """Why this network cannot place on ``topology`` (more GPUs than its input), or None."""
-        if topology.num_gpus > self.net.max_gpus:
-            return f"its network reads at most {self.net.max_gpus} GPUs, the cluster has {topology.num_gpus}"
-        return None
+        return too_large(self.net.max_gpus, topology)
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
-        if not fits(job, int(free.sum()), free_counts(state.topology, free)[1]):
+        if not can_place(job, free, state.topology):
             return None
         torch = self._torch
         picked: list[int] = []

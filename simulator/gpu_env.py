@@ -31,11 +31,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from attentived.agents.features import fits
-from attentived.agents.placement import Consolidate, free_counts
+from attentived.agents.placement import Consolidate
 from attentived.agents.plan import Plan, Start
 from attentived.agents.policy import Scheduler
-from attentived.agents.proximity import GLOBAL_FEATURES, GPU_FEATURES, QUEUE_WINDOW, Observer, teacher_gpu
+from attentived.agents.proximity import GLOBAL_FEATURES, GPU_FEATURES, QUEUE_WINDOW, Observer, can_place, teacher_gpu
 from attentived.agents.reward import RewardTerms, RewardTracker, RewardWeights
 from attentived.agents.state import ClusterState, PendingJob
 
@@ -137,7 +136,7 @@ class GpuByGpuEnv(gym.Env):
                 pending = {j.job_id: j for j in state.pending}
                 self._jobs, self._order = [pending[s.job_id] for s in plan.starts], plan.order
                 state = None
-            if self._jobs and not fits(self._jobs[0], int(self._free.sum()), free_counts(self.state.topology, self._free)[1]):
+            if self._jobs and not can_place(self._jobs[0], self._free, self.state.topology):
                 self._jobs = []  # a fixed node shape no longer fits: strict order stops here, as Scheduler does
             if self._jobs:
                 self.job = self._jobs[0]
