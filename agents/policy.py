@@ -133,16 +133,20 @@ class Scheduler:
         )
 
     def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> Hold | None:
-        """Where and when ``job`` is expected to start: release running jobs' GPUs in order
-        of their expected end (time limits) until the placer finds room."""
-        future = free.copy()
-        n_future = int(future.sum())
-        for run in sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id)):
-            future[list(run.gpus)] = True
-            n_future += run.num_gpus
-            if n_future < job.num_gpus:
-                continue
-            gpus = self.placer.place(job, future, state)
-            if gpus is not None:
-                return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
-        return None
+        return expected_hold(job, free, state, self.placer)
+
+
+def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer: Placer) -> Hold | None:
+    """Where and when ``job`` is expected to start: release running jobs' GPUs in order of
+    their expected end (time limits) until ``placer`` finds room; ``None`` if it never does."""
+    future = free.copy()
+    n_future = int(future.sum())
+    for run in sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id)):
+        future[list(run.gpus)] = True
+        n_future += run.num_gpus
+        if n_future < job.num_gpus:
+            continue
+        gpus = placer.place(job, future, state)
+        if gpus is not None:
+            return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
+    return None

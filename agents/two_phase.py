@@ -30,6 +30,7 @@ from .features import Context, FeatureEncoder, JobView
 from .networks import masked
 from .placement import Consolidate
 from .plan import Hold, Plan, Start
+from .policy import expected_hold
 from .state import ClusterState, PendingJob, QueueArrays, RunningJob
 
 
@@ -130,18 +131,8 @@ class TwoPhasePolicy:
         return Choice(job, self._place(ctx, enc, slot, job), index), view, enc
 
     def _hold(self, state: ClusterState, idx: int) -> Hold | None:
-        """Where and when pending job ``idx`` is expected to fit: release running jobs' GPUs
-        by their expected ends until a consolidated placement exists."""
-        job = state.pending[idx]
-        future = state.free.copy()
-        for run in sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id)):
-            future[list(run.gpus)] = True
-            if future.sum() < job.num_gpus:
-                continue
-            gpus = self._hold_placer.place(job, future, state)
-            if gpus is not None:
-                return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
-        return None
+        """Where and when pending job ``idx`` is expected to fit (a consolidated placement)."""
+        return expected_hold(state.pending[idx], state.free, state, self._hold_placer)
 
 
 def _started(state: ClusterState, index: int, gpus: tuple[int, ...]) -> ClusterState:
