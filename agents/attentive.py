@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import CheckpointError, load_model
 from .features import Candidate, Context, GpuView, JobView
 from .networks import AttentiveNet, JobEncoding, masked
 from .order import estimated_runtime
@@ -189,8 +188,8 @@ def _option(c: Candidate, probability: float, job: PendingJob, est: float, state
 
 def load_attentive(path: str | None = None, seed: int = 0) -> AttentivePolicy:
     """The attentive policy from a model file (default: the shipped model). Deterministic
-    (argmax); ``seed`` seeds sampling for callers that switch ``deterministic`` off."""
-    model = load_model(path if path is not None else default_model_path())
-    if model.agent != "attentive":
-        raise CheckpointError(f"{path}: a model of the {model.agent} agent, not attentive; run it as --policy {model.agent}")
-    return AttentivePolicy(model.net, window=model.window, max_candidates=model.max_candidates, seed=seed)
+    (argmax); ``seed`` seeds sampling for callers that switch ``deterministic`` off. A model
+    of another agent is refused (`CheckpointError`)."""
+    from .kinds import load_learned
+
+    return load_learned("attentive", path, seed=seed)

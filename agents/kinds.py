@@ -41,9 +41,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class AgentKind:
-    """One trainable agent (see the module docstring)."""
+    """One trainable agent (see the module docstring); `KINDS` names them."""
 
-    name: str
     make_net: Callable[[PPOConfig], nn.Module]
     make_env: Callable[[PPOConfig, EpisodeSampler], gym.Env]
     teacher: Callable[[Any], int]
@@ -148,14 +147,14 @@ def _proximity_defaults() -> dict[str, Any]:
 
 KINDS: dict[str, AgentKind] = {
     "attentive": AgentKind(
-        "attentive", _attentive_net, _two_phase_env, _teacher, _attentive_policy,
+        _attentive_net, _two_phase_env, _teacher, _attentive_policy,
     ),
     "deeprm": AgentKind(
-        "deeprm", _deeprm_net, _two_phase_env, _job_teacher, _deeprm_policy,
+        _deeprm_net, _two_phase_env, _job_teacher, _deeprm_policy,
         defaults=lambda: {"window": 10, "out_dir": "runs/deeprm"},
     ),
     "proximity-drl": AgentKind(
-        "proximity-drl", _proximity_net, _gpu_env, _gpu_teacher, _proximity_policy,
+        _proximity_net, _gpu_env, _gpu_teacher, _proximity_policy,
         defaults=_proximity_defaults,
     ),
 }

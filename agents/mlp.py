@@ -19,8 +19,9 @@ sqrt(2); 0.01 for the policy head so the first policy is near uniform; 1 for the
 head), and separate actor and critic trunks. Separate on purpose: with a shared trunk the
 critic's gradients (returns of order 10) dominated the globally clipped gradient norm and
 the actor barely moved (proximity-drl: KL 0.003 per update, teacher cross-entropy stuck at
-0.9 over 300k steps), while the same network imitated the teacher to 0.04 by itself. ``forward(obs) -> (masked logits,
-value)`` is the same contract as `AttentiveNet`, so one PPO loop trains all three.
+0.9 over 300k steps), while the same network imitated the teacher to 0.04 by itself.
+``forward(obs) -> (masked logits, value)`` is the same contract as `AttentiveNet`, so one
+PPO loop trains all three.
 """
 
 from __future__ import annotations
