@@ -23,6 +23,7 @@ from attentived.daemon import config as C
 from attentived.daemon.topology_source import TopologySource
 
 from .daemon.test_apply import TOPO, cluster, pending, running
+from .daemon.test_inspect import _cli
 
 ROOT = Path(__file__).parents[1]
 
@@ -249,20 +250,13 @@ def test_start_shadow_flag_reaches_the_service(monkeypatch):
 # ---- the lab: every command, against a daemon in shadow mode ----------------------------------------
 
 
-def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "attentived", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-
-
 @pytest.mark.slurm
 def test_every_command_on_the_lab_with_a_shadow_daemon(clean_lab, tmp_path):
-    from .daemon.test_daemon_slurm import busy_cluster, ours, wait_until
+    from .daemon.test_daemon_slurm import busy_cluster, lab_config_file, ours, wait_until
 
     lab = clean_lab
     state = tmp_path / "state"
-    conf = tmp_path / "cfg.toml"
-    conf.write_text(f'partitions = ["main"]\nslurm_conf = "{lab.slurm_conf}"\nstate_dir = "{state}"\n'
-                    'metrics_port = 0\ninterval = 0.5\nlog_level = "warning"\n')
+    conf = lab_config_file(lab, tmp_path)
     r = _cli("status", "-c", str(conf))
     assert r.returncode == 1 and "does not exist" in r.stdout  # never ran
     daemon = subprocess.Popen([sys.executable, "-m", "attentived", "start", "--shadow", "--config", str(conf)],

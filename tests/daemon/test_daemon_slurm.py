@@ -43,6 +43,15 @@ def engine_for(lab, tmp_path, **kw) -> Engine:
     return Engine(config_for(lab, tmp_path, **kw))
 
 
+def lab_config_file(lab, tmp_path, extra: str = ""):
+    """A daemon config file for the lab (partition main, state in ``tmp_path/state``, no
+    metrics port, 0.5 s cycles, warnings only) plus ``extra`` TOML lines."""
+    conf = tmp_path / "cfg.toml"
+    conf.write_text(f'partitions = ["main"]\nslurm_conf = "{lab.slurm_conf}"\nstate_dir = "{tmp_path / "state"}"\n'
+                    'metrics_port = 0\ninterval = 0.5\nlog_level = "warning"\n' + extra)
+    return conf
+
+
 def jobs_now(lab) -> dict[str, dict[str, str]]:
     out = {}
     for line in lab.scontrol("-o", "-d", "show", "job").splitlines():

@@ -370,13 +370,11 @@ def _cli(*args, timeout=120):
 
 @pytest.mark.slurm
 def test_inspection_against_a_running_daemon_on_the_lab(clean_lab, tmp_path):
-    from .test_daemon_slurm import busy_cluster, jobs_now, wait_until
+    from .test_daemon_slurm import busy_cluster, jobs_now, lab_config_file, wait_until
 
     lab = clean_lab
     state = tmp_path / "state"
-    conf = tmp_path / "cfg.toml"
-    conf.write_text(f'partitions = ["main"]\nslurm_conf = "{lab.slurm_conf}"\nstate_dir = "{state}"\n'
-                    'metrics_port = 0\ninterval = 0.5\nlog_level = "warning"\n')
+    conf = lab_config_file(lab, tmp_path)
     busy_cluster(lab)  # 7 of 8 GPUs per node held by root
     ids = {}
     for name, user, gpus in (("A", "alice", 2), ("B", "bob", 1), ("C", "carol", 4), ("D", "alice", 1)):

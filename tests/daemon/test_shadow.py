@@ -156,13 +156,11 @@ def test_write_report_is_all_or_nothing(tmp_path, monkeypatch):
 
 @pytest.mark.slurm
 def test_shadow_mode_on_the_lab_then_the_report(clean_lab, tmp_path):
-    from .test_daemon_slurm import jobs_now, ours
+    from .test_daemon_slurm import jobs_now, lab_config_file, ours
 
     lab = clean_lab
     state = tmp_path / "state"
-    conf = tmp_path / "cfg.toml"
-    conf.write_text(f'partitions = ["main"]\nslurm_conf = "{lab.slurm_conf}"\nstate_dir = "{state}"\n'
-                    'metrics_port = 0\ninterval = 0.5\nlog_level = "warning"\npolicy = "fifo+consolidate"\n')
+    conf = lab_config_file(lab, tmp_path, 'policy = "fifo+consolidate"\n')
     c = C.load(conf)
     e = Engine(c)
     e.shadow = True
