@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,12 +23,6 @@ from .networks import AttentiveNet, JobEncoding, masked
 from .order import estimated_runtime
 from .state import ClusterState, PendingJob
 from .two_phase import TwoPhasePolicy
-
-def default_model_path() -> Path:
-    """The model shipped in the package (``attentived/data/models/attentive-default.pt``)."""
-    from .kinds import default_model_path as shipped
-
-    return shipped("attentive")
 
 
 @dataclass(frozen=True)
@@ -184,12 +177,3 @@ def _option(c: Candidate, probability: float, job: PendingJob, est: float, state
         spread=state.topology.spread(c.gpus),
         sources=c.sources,
     )
-
-
-def load_attentive(path: str | None = None, seed: int = 0) -> AttentivePolicy:
-    """The attentive policy from a model file (default: the shipped model). Deterministic
-    (argmax); ``seed`` seeds sampling for callers that switch ``deterministic`` off. A model
-    of another agent is refused (`CheckpointError`)."""
-    from .kinds import load_learned
-
-    return load_learned("attentive", path, seed=seed)

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-
-from attentived.simulator.speed import SpeedModel
 from attentived.topology import Link, Topology
+from attentived.topology.speed import SpeedModel
 
 from .order import estimated_runtime, estimated_runtimes
 from .placement import Consolidate, FirstFit, LoadBalance, free_counts

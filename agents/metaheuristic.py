@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, MutableMapping
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -89,6 +89,7 @@ class SearchChooser:
     """Shared driver of the meta-heuristic choosers; subclasses implement `search`."""
 
     name: str = "search"
+    needs_oracle: ClassVar[bool] = False
     seed: int = 0
     window: int = DEFAULT_WINDOW
     budget_ms: float | None = DEFAULT_BUDGET_MS
@@ -219,29 +220,3 @@ def mutate(order: tuple[int, ...], pack: tuple[bool, ...], flexible: list[int], 
         o.insert(b, o.pop(a))
     return tuple(o), pack
 
-
-NAMES = ("genetic", "annealing", "portfolio")
-"""The look-ahead job orders `register` adds (benchmarks that compare with the plain
-heuristics leave them out)."""
-
-
-def register(presets: MutableMapping, orders: MutableMapping[str, Callable], preset_type: Callable | None = None) -> None:
-    """Add ``genetic``, ``annealing`` and ``portfolio`` to a registry's job orders and,
-    with ``preset_type`` (``registry.Preset``), as presets with the consolidating placer
-    and no backfill (the chooser's ``startable`` prefix is the whole start decision).
-    In ``agents/registry.py``, before ``ALL = tuple(PRESETS)``::
-
-        from .metaheuristic import register as _register_metaheuristics
-        _register_metaheuristics(PRESETS, ORDERS, Preset)
-    """
-    from .annealing import Annealing
-    from .genetic import Genetic
-
-    for name, factory, what in (
-        ("genetic", Genetic, "genetic algorithm over job order and packing (look-ahead model), consolidated placement"),
-        ("annealing", Annealing, "simulated annealing over job order and packing (look-ahead model), consolidated placement"),
-        ("portfolio", Portfolio, "best heuristic order by the look-ahead cost, no search; consolidated placement"),
-    ):
-        orders[name] = lambda seed, factory=factory: factory(seed=seed)
-        if preset_type is not None:
-            presets[name] = preset_type(name, "consolidate", False, what)

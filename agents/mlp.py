@@ -33,7 +33,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .features import CANDIDATE_FEATURES, GENERATORS, JOB_FEATURES, SUMMARY_FEATURES, SUMMARY_TOKENS
+from .features import (
+    CANDIDATE_FEATURES,
+    GENERATORS,
+    JOB_FEATURES,
+    SUMMARY_FEATURES,
+    SUMMARY_TOKENS,
+)
 from .networks import masked
 from .proximity import GLOBAL_FEATURES, GPU_FEATURES
 

@@ -28,7 +28,13 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .features import CANDIDATE_FEATURES, JOB_FEATURES, NODE_FEATURES, SUMMARY_FEATURES, SUMMARY_TOKENS
+from .features import (
+    CANDIDATE_FEATURES,
+    JOB_FEATURES,
+    NODE_FEATURES,
+    SUMMARY_FEATURES,
+    SUMMARY_TOKENS,
+)
 
 _MASKED = -1e8  # logit of an action the mask forbids (finite: entropy stays finite)
 
@@ -142,7 +148,7 @@ class AttentiveNet(nn.Module):
     """Both agents and the critic behind one ``forward(obs) -> (masked logits, value)``.
 
     ``obs`` is the environment's observation as tensors with a batch dimension (see
-    `attentived.simulator.gym_env`): rows in the job phase (``phase == 0``) get job logits
+    `attentived.training.gym_env`): rows in the job phase (``phase == 0``) get job logits
     in slots ``0..W`` (W = WAIT); rows in the GPU phase get candidate logits in slots
     ``0..K-1``. Everything the mask forbids is ``-1e8``.
     """

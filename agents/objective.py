@@ -56,9 +56,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-
-from attentived.simulator.speed import SpeedModel
 from attentived.topology import Topology
+from attentived.topology.speed import SpeedModel
 
 from .order import estimated_runtimes
 from .state import ClusterState

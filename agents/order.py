@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,6 +43,7 @@ class Fifo:
     """First come, first served: submit time, then job id."""
 
     name: str = "fifo"
+    needs_oracle: ClassVar[bool] = False
 
     def rank(self, state: ClusterState) -> Ranking:
         return _rank_by(state)
@@ -52,6 +54,7 @@ class ShortestJobFirst:
     """Shortest estimated run time first (time limit x the user's limit accuracy)."""
 
     name: str = "sjf"
+    needs_oracle: ClassVar[bool] = False
 
     def rank(self, state: ClusterState) -> Ranking:
         return _rank_by(state, estimated_runtimes(state))
@@ -62,7 +65,7 @@ class OracleShortestJobFirst:
     """SJF on the true durations. Not a baseline: an upper bound no live scheduler has."""
 
     name: str = "sjf-oracle"
-    needs_oracle: bool = True
+    needs_oracle: ClassVar[bool] = True
 
     def rank(self, state: ClusterState) -> Ranking:
         oracle = state.queue.oracle
@@ -77,6 +80,7 @@ class FairShare:
     within a user: Slurm's fair-share factor with equal shares and no decay."""
 
     name: str = "fair-share"
+    needs_oracle: ClassVar[bool] = False
 
     def rank(self, state: ClusterState) -> Ranking:
         q = state.queue
@@ -97,6 +101,7 @@ class Tiresias:
     """
 
     name: str = "tiresias"
+    needs_oracle: ClassVar[bool] = False
     thresholds: tuple[float, ...] = (3600.0, 36_000.0, 360_000.0)  # GPU-seconds
     starvation_factor: float = 2.0
 
@@ -119,6 +124,7 @@ class SlurmMultifactor:
     """
 
     name: str = "slurm-multifactor"
+    needs_oracle: ClassVar[bool] = False
     weight_age: float = 1000.0
     weight_size: float = 1000.0
     max_age: float = 7 * 86_400.0

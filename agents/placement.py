@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from attentived.topology import Topology
 
 from .state import ClusterState, PendingJob

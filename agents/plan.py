@@ -65,6 +65,3 @@ class Plan:
     holds: tuple[Hold, ...] = ()
     waited: bool = False
 
-    @property
-    def started_ids(self) -> frozenset[str]:
-        return frozenset(s.job_id for s in self.starts)

@@ -31,6 +31,9 @@ class JobChooser(Protocol):
     """Orders the pending queue. Sees only ``ClusterState`` (what Slurm shows live)."""
 
     name: str
+    needs_oracle: bool
+    """True only for the named oracle (true durations, an upper bound): the simulator then
+    fills ``PendingJob.oracle_duration``; the daemon never can."""
 
     def rank(self, state: ClusterState) -> Ranking: ...
 
@@ -51,6 +54,8 @@ class Policy(Protocol):
     """What the drivers call: a snapshot in, a plan out."""
 
     name: str
+    needs_oracle: bool
+    """Whether it reads true durations (see `JobChooser.needs_oracle`)."""
 
     def decide(self, state: ClusterState) -> Plan: ...
 
@@ -74,6 +79,10 @@ class Scheduler:
     def __post_init__(self) -> None:
         if not self.name:
             self.name = f"{self.chooser.name}+{self.placer.name}" + ("+backfill" if self.backfill else "")
+
+    @property
+    def needs_oracle(self) -> bool:
+        return self.chooser.needs_oracle
 
     def decide(self, state: ClusterState) -> Plan:
         ranking = self.chooser.rank(state)

@@ -24,7 +24,7 @@ infer the grouping from slot positions); for the job its size, how many GPUs rem
 time and communication sensitivity; and the sizes and estimates of the next ``window``
 jobs in the queue order (what the paper's queue window shows).
 
-The same `observe` feeds training (`attentived.simulator.gpu_env.GpuByGpuEnv`) and
+The same `observe` feeds training (`attentived.training.gpu_env.GpuByGpuEnv`) and
 inference, so what PPO learned is what runs.
 """
 
@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from attentived.topology import Topology
 
 from .features import Context, FeatureEncoder, fits, log_time

@@ -7,30 +7,12 @@ optional ``+backfill``, e.g. ``sjf+consolidate+backfill``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
-from .metaheuristic import register as _register_metaheuristics
-from .order import Fifo, FairShare, OracleShortestJobFirst, ShortestJobFirst, SlurmMultifactor, Tiresias
-from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
-from .policy import JobChooser, Placer, Policy, Scheduler
+from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
+from .policy import Policy, Scheduler
 
-ORDERS: dict[str, Callable[[int], JobChooser]] = {
-    "fifo": lambda seed: Fifo(),
-    "sjf": lambda seed: ShortestJobFirst(),
-    "fair-share": lambda seed: FairShare(),
-    "tiresias": lambda seed: Tiresias(),
-    "slurm-multifactor": lambda seed: SlurmMultifactor(),
-    "sjf-oracle": lambda seed: OracleShortestJobFirst(),
-}
-"""Job orders by name; each factory takes the run's seed (the searches use it, the
-heuristics are deterministic and ignore it)."""
-
-PLACERS: dict[str, Callable[[int], Placer]] = {
-    "first-fit": lambda seed: FirstFit(),
-    "consolidate": lambda seed: Consolidate(),
-    "load-balance": lambda seed: LoadBalance(),
-    "random": lambda seed: RandomPlacer(seed=seed),
-}
+__all__ = ["ALL", "LEARNED", "ORDERS", "PLACERS", "PRESETS", "Preset", "UnknownPolicy", "make_policy", "runnable",
+           "unsupported"]
 
 
 @dataclass(frozen=True)
@@ -51,9 +33,10 @@ PRESETS: dict[str, Preset] = {
     "sjf+consolidate": Preset("sjf", "consolidate", False, "SJF with topology-aware best-fit placement"),
     "fair-share+consolidate": Preset("fair-share", "consolidate", False, "fair-share with topology-aware placement"),
     "fifo+random": Preset("fifo", "random", False, "FIFO with random GPUs: the placement floor"),
+    # the look-ahead searches: consolidating placer, no backfill (the chooser's ``startable``
+    # prefix is the whole start decision)
+    **{name: Preset(name, "consolidate", False, what) for name, (_, what) in SEARCH_ORDERS.items()},
 }
-
-_register_metaheuristics(PRESETS, ORDERS, Preset)
 
 #: Learned policies: loaded from a model file (``--model``; default the shipped one).
 LEARNED: dict[str, str] = {
@@ -74,12 +57,8 @@ class UnknownPolicy(ValueError):
 def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
     """Build a policy from its name; ``UnknownPolicy`` lists what exists. ``model`` is the
     model file of a learned policy (``None``: the shipped one)."""
-    if spec == "attentive":
-        from .attentive import load_attentive  # torch is imported only when asked for
-
-        return load_attentive(model, seed=seed)
     if spec in LEARNED:
-        from .kinds import load_learned
+        from .learned import load_learned  # torch is imported only when asked for
 
         return load_learned(spec, model, seed=seed)
     if spec in PRESETS:
@@ -98,11 +77,6 @@ def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
             f"with ORDER in {', '.join(ORDERS)} and PLACER in {', '.join(PLACERS)}"
         )
     return Scheduler(ORDERS[parts[0]](seed), PLACERS[parts[1]](seed), backfill, name=spec)
-
-
-def needs_oracle(policy: Policy) -> bool:
-    chooser = getattr(policy, "chooser", policy)
-    return bool(getattr(chooser, "needs_oracle", False))
 
 
 def unsupported(policy: Policy, topology) -> str | None:

@@ -15,7 +15,6 @@ from types import MappingProxyType
 from typing import Iterator, Mapping, Sequence, overload
 
 import numpy as np
-
 from attentived.topology import Topology
 
 

@@ -11,7 +11,7 @@ it does for the heuristics' blocked heads.
 Subclasses say only how they score: `_encode` (the job logits over a `JobView`, ``W``
 slots then WAIT) and `_place` (the GPUs for the chosen job). The attentive agents
 (`attentived.agents.attentive`) and the DeepRM-style baseline (`attentived.agents.deeprm`)
-are the two; both are trained on `attentived.simulator.gym_env.SchedulingEnv`, whose
+are the two; both are trained on `attentived.training.gym_env.SchedulingEnv`, whose
 job phase shows exactly the `JobView` this loop builds.
 
 Decisions are deterministic (argmax) by default; ``deterministic=False`` samples from a
@@ -47,6 +47,7 @@ class TwoPhasePolicy:
     """`Policy` skeleton over a network that scores job slots and then placements."""
 
     name = "two-phase"
+    needs_oracle = False
 
     def __init__(
         self,

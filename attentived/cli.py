@@ -287,10 +287,14 @@ def train(
     import shutil
     from dataclasses import replace
 
-    from attentived.agents.kinds import KINDS, kind_defaults
-    from attentived.agents.ppo import PPOConfig
-    from attentived.agents.ppo import train as run_training
-    from attentived.agents.train_config import TrainConfigError, apply_settings, load_train_config
+    from attentived.training.config import PPOConfig
+    from attentived.training.kinds import KINDS, kind_defaults
+    from attentived.training.ppo import train as run_training
+    from attentived.training.train_config import (
+        TrainConfigError,
+        apply_settings,
+        load_train_config,
+    )
 
     with _bad_input():
         try:
@@ -336,10 +340,10 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print the same JSON shape as `replay --json` (means over seeds)."),
 ) -> None:
     """Evaluate a trained model against the baselines: the same table and JSON as `replay`."""
-    from attentived.agents.ppo import evaluate as run_evaluation
     from attentived.agents.registry import PRESETS
     from attentived.simulator.samples import sample_path
     from attentived.simulator.trace import load_trace, parse_duration
+    from attentived.training.ppo import evaluate as run_evaluation
 
     from .render import summary_table
 
@@ -387,7 +391,7 @@ def _ops_error(e: Exception, as_json: bool) -> typer.Exit:
 
 
 def _ops_config(config: Optional[Path], as_json: bool):
-    from attentived.daemon.inspect import InspectError, load_config
+    from attentived.ops.inspect import InspectError, load_config
 
     try:
         return load_config(config)
@@ -396,7 +400,7 @@ def _ops_config(config: Optional[Path], as_json: bool):
 
 
 def _ops_time(value: Optional[str], option: str, as_json: bool) -> Optional[float]:
-    from attentived.daemon.inspect import InspectError, parse_time
+    from attentived.ops.inspect import InspectError, parse_time
 
     if value is None:
         return None
@@ -415,7 +419,7 @@ def status(
     """Is the daemon running? Mode, policy, last cycle, errors, Slurm reachable, partitions.
 
     Exit 0 when it runs, 3 when it does not, 1 when its state directory is missing."""
-    from attentived.daemon import inspect as ins
+    from attentived.ops import inspect as ins
 
     from . import render_ops
 
@@ -436,7 +440,7 @@ def queue(
 ) -> None:
     """Pending jobs in the order attentived plans them, with score, planned GPUs, expected
     start, and what Slurm itself would do (its priority order, squeue --start)."""
-    from attentived.daemon import inspect as ins
+    from attentived.ops import inspect as ins
 
     from . import render_ops
 
@@ -459,8 +463,8 @@ def explain(
 ) -> None:
     """Why a job is where it is: rank and probability, competing jobs (attention), chosen GPUs
     vs alternatives with their communication cost, and the user's waiting vs others'."""
-    from attentived.daemon import inspect as ins
-    from attentived.daemon.explain import explain as run_explain
+    from attentived.ops import inspect as ins
+    from attentived.ops.explain import explain as run_explain
 
     from . import render_ops
 
@@ -481,7 +485,7 @@ def decisions(
     as_json: bool = typer.Option(False, "--json", help="Print the journal extract as JSON."),
 ) -> None:
     """The decision journal: cycles, plans and the Slurm actions taken, with their results."""
-    from attentived.daemon import inspect as ins
+    from attentived.ops import inspect as ins
 
     from . import render_ops
 
@@ -506,7 +510,7 @@ def config_check(
 ) -> None:
     """Validate a config file and the Slurm settings it needs (scheduler, priorities, GRES,
     partitions, topology files). Exit 0 ready, 1 an error found, 2 invalid file."""
-    from attentived.daemon import inspect as ins
+    from attentived.ops import inspect as ins
 
     from . import render_ops
 
@@ -532,9 +536,10 @@ def shadow_report(
     """Compare Slurm as observed in shadow mode with attentived's policy replayed on the same
     arrivals: projected change in JCT, wait fairness (Jain) and communication cost."""
     from attentived.agents.registry import UnknownPolicy, make_policy
-    from attentived.daemon import inspect as ins
-    from attentived.daemon import shadow as sh
     from attentived.daemon.config import is_learned
+    from attentived.daemon.observe import ShadowError, read_observations
+    from attentived.ops import inspect as ins
+    from attentived.ops import shadow as sh
 
     from . import render_ops
 
@@ -544,7 +549,7 @@ def shadow_report(
         if not ins.state_dir_of(cfg).is_dir():
             raise ins.InspectError(f"state directory {cfg.state_dir} does not exist: the daemon has never run with "
                                    f"this config ({cfg.source})")
-        rows, meta = sh.read_observations(cfg.state_dir)
+        rows, meta = read_observations(cfg.state_dir)
         live = None
         try:
             live = ins.connect(cfg)
@@ -557,14 +562,14 @@ def shadow_report(
         policies = []
         for name in policy or [cfg.policy]:
             if is_learned(name):
-                from attentived.agents.attentive import load_attentive
+                from attentived.agents.learned import load_learned
 
-                policies.append(load_attentive(cfg.model or None, seed=cfg.seed))
+                policies.append(load_learned("attentive", cfg.model or None, seed=cfg.seed))
             else:
                 policies.append(make_policy(name, cfg.seed))
         report = sh.build_report(rows, topo, policies, since=t0, until=t1,
                                  seed=cfg.seed if seed is None else seed, meta=meta)
-    except (ins.InspectError, sh.ShadowError) as e:
+    except (ins.InspectError, ShadowError) as e:
         raise _ops_error(e, as_json) from None
     except UnknownPolicy as e:
         raise _ops_error(ins.InspectError(str(e), 2), as_json) from None
@@ -595,8 +600,8 @@ def trace_export(
 ) -> None:
     """Export finished GPU jobs (sacct, else the job-completion file + squeue) as a trace that
     `attentived replay` and `attentived train --trace` read."""
-    from attentived.daemon import inspect as ins
-    from attentived.daemon.export import export_trace
+    from attentived.ops import inspect as ins
+    from attentived.ops.export import export_trace
 
     from . import render_ops
 
@@ -611,7 +616,7 @@ def trace_export(
 
 def _topology_live(config: Optional[Path], as_json: bool) -> None:
     """`attentived topology --slurm`: the daemon's topology with used/free GPUs from Slurm."""
-    from attentived.daemon import inspect as ins
+    from attentived.ops import inspect as ins
 
     from . import render_ops
     from .render import topology_tree
@@ -646,7 +651,7 @@ def demo(
     slowdown and makespan of both runs next to the simulator's prediction. Exit 1 when a run
     failed, 2 for bad options, 3 when this machine cannot run the cluster, 130 on Ctrl-C.
     """
-    from attentived.daemon.demo import EXIT_INTERRUPTED, DemoError, DemoOptions, run_demo
+    from attentived.ops.demo import EXIT_INTERRUPTED, DemoError, DemoOptions, run_demo
 
     from .render_demo import live_view, result_table, write_outputs
 

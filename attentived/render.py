@@ -7,7 +7,13 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from attentived.simulator.replay import Replay

@@ -1,6 +1,6 @@
 """Terminal rendering of the operator commands (status, queue, explain, decisions, topology
 --slurm, config check, shadow-report, trace export). Each function takes the JSON-ready
-document the command computed (``daemon/inspect.py`` & co.) and prints it with rich."""
+document the command computed (``ops/inspect.py`` & co.) and prints it with rich."""
 
 from __future__ import annotations
 
@@ -29,12 +29,6 @@ def _when(ts: float | None, now: float | None = None) -> str:
 
 def _secs(v: float | None) -> str:
     return "-" if v is None else _duration(v)
-
-
-def _yes(v: bool | None, yes: str = "yes", no: str = "no") -> str:
-    if v is None:
-        return "-"
-    return f"[green]{yes}[/]" if v else f"[red]{no}[/]"
 
 
 def _level(level: str) -> str:
@@ -363,7 +357,7 @@ def config_check(doc: Mapping[str, Any], console: Console | None = None) -> None
 
 
 def shadow_report(doc: Mapping[str, Any], console: Console | None = None) -> None:
-    from attentived.daemon.shadow import COMPARED
+    from attentived.ops.shadow import COMPARED
 
     console = console or _console()
     names = list(doc["summaries"])

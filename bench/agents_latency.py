@@ -66,11 +66,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from attentived.agents.attentive import load_attentive
+    from attentived.agents.learned import load_learned
     from attentived.topology import uniform
 
     torch.set_num_threads(1)
-    policy = load_attentive(args.model)
+    policy = load_learned("attentive", args.model)
     topo = uniform(128, 8, nodes_per_switch=4)
     rng = np.random.default_rng(args.seed)
     states = [random_state(rng, topo) for _ in range(args.states)]

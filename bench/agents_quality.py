@@ -33,10 +33,10 @@ DAY = 86_400.0
 
 def windows(quick: bool):
     """(setting name, topology, list of traces) on the held-out days."""
-    from attentived.simulator.gym_env import TraceWindows
     from attentived.simulator.samples import sample_path
     from attentived.simulator.trace import Trace, load_trace
     from attentived.topology import uniform
+    from attentived.training.gym_env import TraceWindows
 
     philly = load_trace(sample_path("philly"))
     sampler = TraceWindows(philly, days=(40.0, 60.0), jobs=(1000, 1000), nodes=(16,), load=(1.1, 1.1))
@@ -55,9 +55,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer windows, one seed")
     args = ap.parse_args()
 
-    from attentived.agents.metaheuristic import NAMES as SEARCHES
-    from attentived.agents.ppo import evaluate
+    from attentived.agents.catalog import SEARCH_ORDERS as SEARCHES
     from attentived.agents.registry import PRESETS
+    from attentived.training.ppo import evaluate
 
     heuristics = tuple(n for n, p in PRESETS.items() if p.order not in SEARCHES)  # as when the targets were set
 

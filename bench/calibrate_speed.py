@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from attentived.simulator.speed import (
+from attentived.topology import Bandwidths, Node, Topology, uniform
+from attentived.topology.speed import (
     POLLUX_TESTBED_BANDWIDTHS,
     REFERENCE_BANDWIDTHS,
     ModelProfile,
@@ -35,7 +35,6 @@ from attentived.simulator.speed import (
     pollux_testbed,
     rebase,
 )
-from attentived.topology import Bandwidths, Node, Topology, uniform
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "attentived" / "data" / "profiles"

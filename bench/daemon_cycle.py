@@ -65,7 +65,7 @@ def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, polic
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
     from attentived.daemon.cycle import Engine
-    from attentived.daemon.lab import Lab
+    from attentived.ops.lab import Lab
 
     dlog.configure("error", "json")
     rng = random.Random(seed)

@@ -84,8 +84,8 @@ class Watch:
 def soak_fake(cycles: int, seed: int, state: Path) -> dict:
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
-    from attentived.daemon.backend import SlurmJob, SlurmNode
     from attentived.daemon.cycle import Engine
+    from attentived.daemon.records import SlurmJob, SlurmNode
     from attentived.daemon.testing import FakeBackend
     from attentived.topology import uniform
 
@@ -173,7 +173,7 @@ def soak_lab(cycles: int, seed: int, state: Path) -> dict:
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
     from attentived.daemon.cycle import Engine
-    from attentived.daemon.lab import Lab
+    from attentived.ops.lab import Lab
 
     dlog.configure(level="error", fmt="json", stream=open(os.devnull, "w"))
 

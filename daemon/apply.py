@@ -37,7 +37,8 @@ from typing import Iterable, Mapping, Sequence
 
 from attentived.agents.plan import Plan
 
-from .backend import Backend, CommandResult, JobUpdate, Snapshot
+from .backend import Backend
+from .records import CommandResult, JobUpdate, Snapshot
 from .snapshot import Built
 
 JOB_KINDS = ("priority", "pin", "unpin", "attach", "detach")

@@ -26,13 +26,29 @@ from attentived.agents.registry import make_policy, unsupported
 from attentived.topology import Topology, TopologyParseError
 
 from . import log as dlog
-from .apply import Action, Outcome, Settings, desired_state, execute, hand_back_actions, plan_actions
-from .backend import Backend, SlurmCommandError, SlurmError, SlurmParseError, SlurmUnavailable, Snapshot, make_backend
+from .apply import (
+    Action,
+    Outcome,
+    Settings,
+    desired_state,
+    execute,
+    hand_back_actions,
+    plan_actions,
+)
+from .backend import Backend
 from .checks import check_slurm_config
 from .config import Config, is_learned
+from .connect import make_backend
 from .journal import Journal
 from .notify import Notifier
 from .prom import Metrics
+from .records import (
+    SlurmCommandError,
+    SlurmError,
+    SlurmParseError,
+    SlurmUnavailable,
+    Snapshot,
+)
 from .snapshot import Built, build_state
 from .topology_source import TopologySource, TopologySourceError, load_topology
 
@@ -111,7 +127,7 @@ class Engine:
         self._last_managed: set[str] = set()
         self._planned: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         # Shadow mode (``attentived start --shadow``): plan and journal beside Slurm's own
-        # scheduler, change nothing, and record what Slurm does (daemon/shadow.py).
+        # scheduler, change nothing, and record what Slurm does (ops/shadow.py).
         self.shadow = False
         self._observer: Any = None
         self._load_policy()
@@ -328,7 +344,7 @@ class Engine:
         """Shadow mode: record arrivals, starts and ends as Slurm made them."""
         try:
             if self._observer is None:
-                from .shadow import Observer
+                from .observe import Observer
 
                 self._observer = Observer.in_state_dir(self.config.state_dir, max_rows=self.config.journal_max_rows)
             changed = self._observer.observe(snap, built, res.cycle_id)

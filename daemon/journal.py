@@ -260,10 +260,6 @@ class Journal:
                            (since if since is not None else 0.0, until if until is not None else float("inf"), limit))
         return [{"cycle_id": r["cycle_id"], "created": r["created"], **json.loads(r["plan"])} for r in rows]
 
-    def plan_of(self, cycle_id: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT cycle_id, created, plan FROM plans WHERE cycle_id = ? ORDER BY seq DESC LIMIT 1",
-                           (cycle_id,))
-        return {"cycle_id": rows[0]["cycle_id"], "created": rows[0]["created"], **json.loads(rows[0]["plan"])} if rows else None
 
     # ---- bounds ---------------------------------------------------------------------------
     def rotate(self) -> int:

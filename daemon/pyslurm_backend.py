@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from .backend import CliBackend, CommandResult, JobUpdate, SlurmUnavailable
+from .cli_backend import CliBackend
+from .records import CommandResult, JobUpdate, SlurmUnavailable
 
 
 def _import_pyslurm() -> Any:

@@ -17,7 +17,7 @@ import re
 import time
 from collections.abc import Iterator
 
-from .backend import SlurmJob, SlurmNode, SlurmParseError, SlurmReservation
+from .records import SlurmJob, SlurmNode, SlurmParseError, SlurmReservation
 from .slurm_json import gpu_indices, hosts, state_of, tres_gpus, words
 
 #: The order ``scontrol -o -d show job`` prints its keys in (22.05; later versions add keys,

@@ -152,8 +152,6 @@ class Service:
     def stop(self) -> None:
         self._stop.set()
 
-    def request_reload(self) -> None:
-        self._reload.set()
 
     def reload(self) -> bool:
         """Re-read the config file; keep the old config when the new one is invalid."""

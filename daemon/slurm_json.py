@@ -27,7 +27,13 @@ from typing import Any, Iterable
 
 from attentived.topology import hostlist
 
-from .backend import SlurmJob, SlurmNode, SlurmParseError, SlurmReservation, SlurmVersion
+from .records import (
+    SlurmJob,
+    SlurmNode,
+    SlurmParseError,
+    SlurmReservation,
+    SlurmVersion,
+)
 
 #: Slurm's NO_VAL / INFINITE sentinels as 22.05 prints some of them.
 _NO_VAL = {0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF, 0xFFFE, 0xFFFF}

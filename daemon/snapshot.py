@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 import numpy as np
-
 from attentived.agents.state import ClusterState, PendingJob, RunningJob, UserStats
-from attentived.topology import Topology
-from attentived.topology import hostlist
+from attentived.topology import Topology, hostlist
 
-from .backend import SlurmJob, Snapshot
+from .records import SlurmJob, Snapshot
 
 _MODEL_TOKEN = re.compile(r"(?:^|[\s,;])model[=:]([A-Za-z0-9_.+-]{1,64})")
 

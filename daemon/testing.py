@@ -11,8 +11,17 @@ import dataclasses
 import time
 from typing import Iterable, Sequence
 
-from .backend import (BackendMixin, CommandResult, JobUpdate, SlurmError, SlurmJob, SlurmNode, SlurmReservation,
-                      SlurmVersion, Snapshot)
+from .backend import BackendMixin
+from .records import (
+    CommandResult,
+    JobUpdate,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmReservation,
+    SlurmVersion,
+    Snapshot,
+)
 
 
 class FakeBackend(BackendMixin):

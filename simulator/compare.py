@@ -10,19 +10,13 @@ with n - 1 degrees of freedom (none for one seed: say n=1). Results are keyed by
 (workload, policy, seed) and do not depend on the number of workers or the order runs
 finish in; decision times are wall-clock measurements and vary between machines.
 
-Policies are named as for ``replay`` (`agents.registry.make_policy`); names the registry
-does not know are looked up in `POLICIES`, which maps a name to an importable factory
-(``"module:callable"``, called as ``callable(seed=seed)``), so a policy that lives outside
-the registry (a trained agent, a DRL baseline) joins a comparison by one `register_policy`
-call or one line in `POLICIES` (the registry's own presets and learned policies, e.g.
-``attentive``, need nothing). A factory string, not a function, crosses to the worker
-processes.
+Policies are named as for ``replay`` (`agents.registry.make_policy`): the one registry of
+policies; a worker process rebuilds each policy from its name.
 """
 
 from __future__ import annotations
 
 import csv
-import importlib
 import io
 import json
 import math
@@ -33,31 +27,27 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-
 from attentived.agents.policy import Policy
-from attentived.atomic import write_folder
 from attentived.topology import Topology
+from attentived.topology.speed import SpeedModel
+
+from attentived.atomic import write_folder
 
 from .engine import Simulation, prepare_jobs
 from .metrics import SUMMARY_KEYS, summarize
-from .speed import SpeedModel
 from .trace import Trace, check_fits
 
 __all__ = [
-    "POLICIES",
     "METRICS",
     "CompareError",
     "Comparison",
-    "Registered",
     "RunResult",
     "Stat",
     "Workload",
     "compare",
     "load_workloads",
-    "make",
     "parse_window",
     "policy_names",
-    "register_policy",
     "t_quantile",
     "write_outputs",
 ]
@@ -67,74 +57,23 @@ class CompareError(ValueError):
     """Bad input to a comparison (a window, a seed count, a policy that cannot load)."""
 
 
-@dataclass(frozen=True)
-class Registered:
-    """A policy outside ``agents/registry.py``: ``factory`` is ``"module:callable"``,
-    called as ``callable(seed=seed)``; ``available`` (same form, no arguments, returns a
-    bool) says whether ``--policy all`` includes it (e.g. only when its checkpoint is
-    shipped); naming the policy explicitly always tries to build it."""
-
-    factory: str
-    summary: str = ""
-    available: str | None = None
-
-
-#: Policies outside the registry (e.g. future DRL baselines), joined by name.
-POLICIES: dict[str, Registered] = {}
-
-
-def register_policy(name: str, factory: str, summary: str = "", available: str | None = None) -> None:
-    """Make ``name`` usable in comparisons (see `Registered`)."""
-    if ":" not in factory:
-        raise ValueError(f"factory must be 'module:callable', got {factory!r}")
-    POLICIES[name] = Registered(factory, summary, available)
-
-
-def _load(target: str) -> Callable:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def make(name: str, seed: int = 0, factory: str | None = None) -> Policy:
-    """The policy called ``name``: the registry's, else `POLICIES`' (or ``factory``)."""
-    from attentived.agents.registry import UnknownPolicy, make_policy
-
-    if factory is None:
-        try:
-            return make_policy(name, seed)
-        except UnknownPolicy as e:
-            if name not in POLICIES:
-                raise UnknownPolicy(f"{e}; or one of: {', '.join(POLICIES)}") from None
-            factory = POLICIES[name].factory
-    try:
-        policy = _load(factory)(seed=seed)
-    except (ImportError, AttributeError, OSError, ValueError) as e:
-        raise CompareError(f"policy {name}: cannot load {factory}: {e}") from None
-    policy.name = name
-    return policy
-
-
 def policy_names(requested: Sequence[str], topology: Topology | None = None,
                  warn: Callable[[str], None] | None = None) -> list[str]:
-    """Expand ``all`` (every registry preset, then every available `POLICIES` entry) and
-    drop repeats, keeping the order given. With ``topology``, a policy from ``all`` that
+    """Expand ``all`` (every registry preset and learned policy) and drop repeats, keeping the order given. With ``topology``, a policy from ``all`` that
     cannot run there (a fixed-size network on a larger cluster) is dropped with a note to
     ``warn``; one named explicitly is a `CompareError`."""
-    from attentived.agents.registry import ALL, UnknownPolicy, runnable
+    from attentived.agents.registry import ALL, UnknownPolicy, make_policy, runnable
 
     out: list[str] = []
     for p in requested:
         if p == "all":
             out.extend(ALL)
-            for name, reg in POLICIES.items():
-                if name not in ALL and (reg.available is None or _load(reg.available)()):
-                    out.append(name)
         else:
             out.append(p)
     out = list(dict.fromkeys(out))
     if topology is None:
         return out
-    built = [make(n) for n in out]
+    built = [make_policy(n) for n in out]
     try:
         kept, notes = runnable(out, built, set(requested) - {"all"}, topology)
     except UnknownPolicy as e:
@@ -142,23 +81,6 @@ def policy_names(requested: Sequence[str], topology: Topology | None = None,
     for note in notes:
         (warn or (lambda _: None))(note)
     return [n for n, p in zip(out, built) if any(p is k for k in kept)]
-
-
-def _factory_of(name: str, seed: int) -> str | None:
-    """Build ``name`` once (so a bad name or a broken factory fails here, with a clear
-    message, not in a worker) and return what a worker needs to rebuild it: ``None`` for
-    registry names, else its `POLICIES` factory."""
-    from attentived.agents.registry import UnknownPolicy, make_policy
-
-    try:
-        make_policy(name, seed)
-        return None
-    except UnknownPolicy as e:
-        if name not in POLICIES:
-            raise UnknownPolicy(f"{e}; or one of: {', '.join(POLICIES)}") from None
-    factory = POLICIES[name].factory
-    make(name, seed, factory)
-    return factory
 
 
 # ---- statistics ----
@@ -329,7 +251,6 @@ def load_workloads(
 class _Task:
     workload: int
     policy: str
-    factory: str | None
     seed: int
 
 
@@ -348,7 +269,9 @@ class RunResult:
 
 
 def _run(task: _Task, workload: Workload, topology: Topology) -> RunResult:
-    policy = make(task.policy, task.seed, task.factory)
+    from attentived.agents.registry import make_policy
+
+    policy = make_policy(task.policy, task.seed)
     jobs = prepare_jobs(workload.trace.jobs, task.seed)
     result = Simulation(jobs, topology, policy, speed=SpeedModel(topology)).run()
     summary = summarize(result.records, topology.num_gpus)
@@ -434,8 +357,11 @@ def compare(
     for w in workloads:
         check_fits(w.trace, topology.num_gpus)
     policies = list(dict.fromkeys(policies))
-    factories = {p: _factory_of(p, seeds[0]) for p in policies}
-    tasks = [_Task(wi, p, factories[p], s) for wi in range(len(workloads)) for p in policies for s in seeds]
+    from attentived.agents.registry import make_policy
+
+    for p in policies:  # a bad name or model file fails here, with its message, not in a worker
+        make_policy(p, seeds[0])
+    tasks = [_Task(wi, p, s) for wi in range(len(workloads)) for p in policies for s in seeds]
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise CompareError(f"workers must be at least 1 (got {workers})")

@@ -18,15 +18,20 @@ from types import MappingProxyType
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
-from attentived.agents.registry import needs_oracle
-from attentived.agents.state import ClusterState, PendingJob, QueueArrays, RowView, RunningJob, UserStats
+from attentived.agents.state import (
+    ClusterState,
+    PendingJob,
+    QueueArrays,
+    RowView,
+    RunningJob,
+    UserStats,
+)
 from attentived.topology import Topology
+from attentived.topology.speed import SpeedModel, resolve_model
 
 from .limits import time_limit
-from .speed import SpeedModel, resolve_model
 from .trace import TraceJob
 
 _COMPLETION, _ARRIVAL = 0, 1  # at one instant, free GPUs before new jobs are seen
@@ -136,7 +141,7 @@ class Simulation:
         self.name = policy.name if policy is not None else "external"
         self.speed = speed or SpeedModel(topology)
         self.progress = progress
-        self.oracle = policy is not None and needs_oracle(policy)
+        self.oracle = policy is not None and policy.needs_oracle
         # Every job's queue row, built once: snapshots slice it instead of rebuilding arrays.
         self._as_pending = tuple(s.pending(self.oracle) for s in self.jobs)
         self._table = QueueArrays.of(self._as_pending)

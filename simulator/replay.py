@@ -11,10 +11,10 @@ from typing import Callable, Sequence
 
 from attentived.agents.policy import Policy
 from attentived.topology import Topology
+from attentived.topology.speed import SpeedModel
 
 from .engine import SimResult, Simulation, prepare_jobs
 from .metrics import SUMMARY_KEYS, summarize
-from .speed import SpeedModel
 from .trace import Trace, check_fits
 
 

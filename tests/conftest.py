@@ -1,4 +1,4 @@
-"""Shared fixtures. The Slurm lab (attentived/slurmlab, attentived.daemon.lab) for tests marked
+"""Shared fixtures. The Slurm lab (attentived/slurmlab, attentived.ops.lab) for tests marked
 ``slurm``:
 
 - ``slurm_lab`` (session): the 4-node lab in $ATTENTIVED_LAB_RUN (default /tmp/attentived-lab),
@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from attentived.daemon.lab import Lab, LabError, install, slurm_installed
+from attentived.ops.lab import Lab, LabError, install, slurm_installed
 
 
 def _lab_required() -> bool:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from attentived.simulator.metrics import SUMMARY_KEYS
 from attentived.simulator.samples import sample_path
 
@@ -144,7 +143,7 @@ def test_the_drl_baselines_run_and_say_when_a_cluster_is_too_large():
 
 
 def test_a_model_of_another_agent_is_refused(tmp_path):
-    from attentived.agents.kinds import default_model_path
+    from attentived.agents.learned import default_model_path
 
     r = cli("replay", "--sample", "tiresias-60", "--policy", "deeprm", "--model", str(default_model_path("attentive")))
     assert r.returncode == 2 and "a model of the attentive agent, not deeprm" in r.stderr

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from attentived.daemon import demo as dm
+from attentived.ops import demo as dm
 from attentived.simulator.metrics import summarize
-from attentived.simulator.speed import SpeedModel
+from attentived.topology.speed import SpeedModel
 
 TOPO = dm.demo_topology()
 SPEED = SpeedModel(TOPO)
@@ -308,9 +307,9 @@ def test_predictions_use_the_same_metrics(workload):
 
 
 def test_default_policy():
-    from attentived.agents.attentive import default_model_path
+    from attentived.agents.learned import default_model_path
 
-    assert dm.default_policy() == ("attentive" if default_model_path().is_file() else dm.FALLBACK_POLICY)
+    assert dm.default_policy() == ("attentive" if default_model_path("attentive").is_file() else dm.FALLBACK_POLICY)
 
 
 def test_cli_rejects_bad_options_before_touching_anything():
@@ -340,8 +339,8 @@ TEST_PORT_BASE = 18717
 
 @pytest.mark.slurm
 def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
-    from attentived.daemon.lab import Lab
     from attentived.daemon.slurm_json import parse_squeue
+    from attentived.ops.lab import Lab
 
     from attentived.render_demo import result_table, write_outputs
 
@@ -415,7 +414,7 @@ def _job_processes(run_dir: str) -> list[int]:
 def slurm_installed_or_skip():
     """Root and Slurm (installed when missing, as the lab fixture does), else skip (or fail
     under CI / ATTENTIVED_LAB_REQUIRED=1)."""
-    from attentived.daemon.lab import LabError, install, slurm_installed
+    from attentived.ops.lab import LabError, install, slurm_installed
 
     required = os.environ.get("ATTENTIVED_LAB_REQUIRED", "1" if os.environ.get("CI") else "0") == "1"
 
@@ -448,7 +447,7 @@ def test_ctrl_c_stops_the_daemon_the_jobs_and_the_cluster(slurm_installed_or_ski
     import threading
     import time
 
-    from attentived.daemon.lab import Lab
+    from attentived.ops.lab import Lab
 
     env = dict(os.environ, ATTENTIVED_DEMO_RUN=INT_RUN_DIR, ATTENTIVED_DEMO_PORT_BASE=str(INT_PORT_BASE))
     proc = subprocess.Popen(
@@ -512,9 +511,9 @@ def _daemons(run_dir: str) -> list[int]:
 def test_policy_names_are_checked_cheaply():
     dm.check_policy("fifo+consolidate")
     dm.check_policy("sjf+consolidate+backfill")
-    from attentived.agents.attentive import default_model_path
+    from attentived.agents.learned import default_model_path
 
-    if default_model_path().is_file():
+    if default_model_path("attentive").is_file():
         dm.check_policy("attentive")
     with pytest.raises(dm.DemoError) as e:
         dm.check_policy("fifo+nowhere")

@@ -15,16 +15,15 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from attentived.agents.checkpoint import CheckpointError, load_model
 from attentived.daemon import scontrol_text, slurm_json
-from attentived.daemon.backend import SlurmParseError
+from attentived.daemon.records import SlurmParseError
 from attentived.simulator.trace import TraceError, load_trace
 from attentived.topology.cluster_file import parse_cluster_file
 from attentived.topology.nvsmi import TopologyParseError, parse_nvidia_smi_topo
 from attentived.topology.slurm_conf import parse_gres_conf, parse_topology_conf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 HERE = Path(__file__).parent
 DAEMON_FX = HERE / "daemon" / "fixtures"
@@ -278,9 +277,9 @@ def test_trace_loader(tmp_path_factory, text: str) -> None:
 
 # ---- model files --------------------------------------------------------------------------
 def _model_bytes() -> bytes:
-    from attentived.agents.attentive import default_model_path
+    from attentived.agents.learned import default_model_path
 
-    return Path(default_model_path()).read_bytes()
+    return Path(default_model_path("attentive")).read_bytes()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

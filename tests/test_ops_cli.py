@@ -14,16 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
+from attentived.daemon import config as C
+from attentived.daemon.cycle import Engine
+from attentived.daemon.topology_source import TopologySource
+from attentived.ops import inspect as ins
 from typer.testing import CliRunner
 
 from attentived.cli import app
-from attentived.daemon import inspect as ins
-from attentived.daemon.cycle import Engine
-from attentived.daemon import config as C
-from attentived.daemon.topology_source import TopologySource
 
 from .daemon.test_apply import TOPO, cluster, pending, running
-from .daemon.test_inspect import _cli
+from .ops.test_inspect import _cli
 
 ROOT = Path(__file__).parents[1]
 
@@ -252,7 +252,12 @@ def test_start_shadow_flag_reaches_the_service(monkeypatch):
 
 @pytest.mark.slurm
 def test_every_command_on_the_lab_with_a_shadow_daemon(clean_lab, tmp_path):
-    from .daemon.test_daemon_slurm import busy_cluster, lab_config_file, ours, wait_until
+    from .daemon.test_daemon_slurm import (
+        busy_cluster,
+        lab_config_file,
+        ours,
+        wait_until,
+    )
 
     lab = clean_lab
     state = tmp_path / "state"

@@ -9,7 +9,12 @@ from .cluster_file import load_cluster_file, parse_cluster_file
 from .model import Bandwidths, Link, Node, Topology
 from .nvsmi import TopologyParseError, parse_nvidia_smi_topo
 from .shape import uniform
-from .slurm_conf import SwitchTree, parse_gres_conf, parse_topology_conf, topology_from_slurm
+from .slurm_conf import (
+    SwitchTree,
+    parse_gres_conf,
+    parse_topology_conf,
+    topology_from_slurm,
+)
 
 __all__ = [
     "Bandwidths",

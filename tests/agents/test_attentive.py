@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from attentived.agents.attentive import AttentivePolicy, default_model_path, load_attentive
+from attentived.agents.attentive import AttentivePolicy
+from attentived.agents.learned import default_model_path, load_learned
 from attentived.agents.networks import AttentiveNet, JobEncoding, NetConfig
 from attentived.agents.policy import Policy
 from attentived.agents.state import PendingJob
@@ -130,12 +130,12 @@ def test_one_choice_is_a_job_and_its_gpus_or_wait(lab):
     assert c.job.job_id == "a" and len(c.gpus) == 2
 
 
-@pytest.mark.skipif(not default_model_path().exists(), reason="shipped model not built yet")
+@pytest.mark.skipif(not default_model_path("attentive").exists(), reason="shipped model not built yet")
 def test_shipped_model_loads_and_decides(lab):
-    pol = load_attentive()
+    pol = load_learned("attentive")
     s = make_state(lab, [job(f"j{i}", gpus=1 + i % 8, submit=i) for i in range(10)])
     plan = pol.decide(s)
     _check_plan(plan, s)
     assert plan.starts
-    assert default_model_path().stat().st_size < 3_000_000
+    assert default_model_path("attentive").stat().st_size < 3_000_000
     assert np.all([len(st.gpus) for st in plan.starts])

@@ -2,11 +2,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from attentived.agents import checkpoint as ckpt
-from attentived.agents.attentive import AttentivePolicy, load_attentive
-from attentived.agents.checkpoint import CheckpointError, load_model, load_training, save_model, save_training
+from attentived.agents.attentive import AttentivePolicy
+from attentived.agents.checkpoint import (
+    CheckpointError,
+    load_model,
+    load_training,
+    save_model,
+    save_training,
+)
 from attentived.agents.features import JOB_FEATURES
+from attentived.agents.learned import load_learned
 from attentived.agents.networks import AttentiveNet, NetConfig
 
 from .conftest import RunningJob, job, make_state
@@ -32,7 +38,7 @@ def test_round_trip_gives_the_same_decisions(tmp_path, lab):
     s = make_state(lab, [job(f"j{i}", gpus=1 + i % 5, submit=i) for i in range(9)],
                    running=[RunningJob("r", "x", (0, 1), 0.0, 0.0, 600.0)])
     original = AttentivePolicy(net, window=16, max_candidates=6).decide(s)
-    assert load_attentive(path).decide(s) == original
+    assert load_learned("attentive", path).decide(s) == original
 
 
 def test_training_checkpoint_round_trip(tmp_path):

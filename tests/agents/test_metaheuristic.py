@@ -8,17 +8,16 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from attentived.agents.annealing import Annealing
 from attentived.agents.genetic import Genetic, _ox
-from attentived.agents.metaheuristic import Portfolio, register
+from attentived.agents.metaheuristic import Portfolio
 from attentived.agents.objective import LookAhead, SlowdownTable, Weights
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
 from attentived.agents.state import PendingJob, RunningJob, UserStats
 from attentived.topology import uniform
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .conftest import job, make_state
 
@@ -287,17 +286,14 @@ def test_bad_parameters_are_refused():
         Genetic(clock="sundial")
 
 
-def test_register_adds_orders_and_presets(lab):
-    from attentived.agents.registry import ORDERS, PLACERS, PRESETS, Preset
+def test_the_searches_are_presets_with_consolidated_placement(lab):
+    from attentived.agents.registry import ORDERS, PLACERS, PRESETS
 
-    presets, orders = dict(PRESETS), dict(ORDERS)
-    register(presets, orders, Preset)
     for name in ("genetic", "annealing", "portfolio"):
-        p = presets[name]
+        p = PRESETS[name]
         assert (p.order, p.placer, p.backfill) == (name, "consolidate", False)
-        pol = Scheduler(orders[p.order](0), PLACERS[p.placer](0), p.backfill, name=name)
+        pol = Scheduler(ORDERS[p.order](0), PLACERS[p.placer](0), p.backfill, name=name)
         check_plan(blocked_head(lab), pol.decide(blocked_head(lab)))
-    assert "genetic" not in PRESETS or PRESETS["genetic"].order == "genetic"  # globals untouched here
 
 
 @pytest.mark.parametrize("name", ["genetic", "annealing", "portfolio", "genetic+consolidate+backfill"])

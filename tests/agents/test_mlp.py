@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 from attentived.agents.mlp import DeepRMNet, MlpConfig, ProximityNet
 from attentived.agents.proximity import GLOBAL_FEATURES, GPU_FEATURES
-from attentived.simulator.gym_env import Episode, FixedEpisode, SchedulingEnv
 from attentived.topology import uniform
+from attentived.training.gym_env import Episode, FixedEpisode, SchedulingEnv
 
-from ..simulator.test_gym_env import toy_jobs
+from ..training.test_gym_env import toy_jobs
 
 
 def _batch(obs_list):

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
 import pytest
-
-from attentived.agents.order import FairShare, Fifo, OracleShortestJobFirst, ShortestJobFirst, SlurmMultifactor, Tiresias
+from attentived.agents.order import (
+    FairShare,
+    Fifo,
+    OracleShortestJobFirst,
+    ShortestJobFirst,
+    SlurmMultifactor,
+    Tiresias,
+)
 from attentived.agents.state import PendingJob, RunningJob, UserStats
 
 from .conftest import job, make_state

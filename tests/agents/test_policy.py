@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 import pytest
-
-from attentived.agents.placement import Consolidate, FirstFit
 from attentived.agents.order import Fifo
+from attentived.agents.placement import Consolidate, FirstFit
 from attentived.agents.policy import Scheduler
 from attentived.agents.registry import ALL, UnknownPolicy, make_policy
 from attentived.agents.state import RunningJob

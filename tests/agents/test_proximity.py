@@ -5,14 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-
 from attentived.agents.mlp import MlpConfig, ProximityNet
 from attentived.agents.order import Fifo
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
-from attentived.agents.proximity import ClusterTooLarge, Observer, ProximityPlacer, distance_to, teacher_gpu
+from attentived.agents.proximity import (
+    ClusterTooLarge,
+    Observer,
+    ProximityPlacer,
+    distance_to,
+    teacher_gpu,
+)
 from attentived.topology import uniform
+from hypothesis import HealthCheck, given, settings
 
 from .conftest import RunningJob, job, make_state
 from .test_metaheuristic import check_plan, states

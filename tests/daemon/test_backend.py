@@ -9,9 +9,16 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from attentived.daemon.backend import (CliBackend, JobUpdate, SlurmCommandError, SlurmParseError, SlurmUnavailable,
-                                       SlurmVersion, check_name, make_backend)
+from attentived.daemon.cli_backend import CliBackend
+from attentived.daemon.connect import make_backend
+from attentived.daemon.records import (
+    JobUpdate,
+    SlurmCommandError,
+    SlurmParseError,
+    SlurmUnavailable,
+    SlurmVersion,
+    check_name,
+)
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -22,10 +22,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from attentived.daemon import config as C
 from attentived.daemon.cycle import Engine
-from attentived.daemon.lab import parse_scontrol_line
+from attentived.ops.lab import parse_scontrol_line
 from attentived.topology import hostlist
 
 pytestmark = pytest.mark.slurm

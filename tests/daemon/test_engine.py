@@ -11,16 +11,16 @@ import threading
 import time
 
 import pytest
+from attentived.daemon import config as C
+from attentived.daemon import log as dlog
+from attentived.daemon.cycle import Engine
+from attentived.daemon.notify import Notifier
+from attentived.daemon.records import SlurmCommandError, SlurmParseError
+from attentived.daemon.service import Service
+from attentived.daemon.testing import FakeBackend
 from typer.testing import CliRunner
 
 from attentived.cli import app
-from attentived.daemon import config as C
-from attentived.daemon import log as dlog
-from attentived.daemon.backend import SlurmCommandError, SlurmParseError
-from attentived.daemon.cycle import Engine
-from attentived.daemon.notify import Notifier
-from attentived.daemon.service import Service
-from attentived.daemon.testing import FakeBackend
 
 from .test_apply import NOW, TOPO, cluster, pending
 

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from attentived.daemon.cycle import Engine
 from attentived.daemon.journal import Journal
 

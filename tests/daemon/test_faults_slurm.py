@@ -21,11 +21,17 @@ import time
 from pathlib import Path
 
 import pytest
-
 from attentived.daemon import config as C
 from attentived.daemon.cycle import Engine
 
-from .test_daemon_slurm import busy_cluster, config_for, engine_for, jobs_now, ours, wait_until
+from .test_daemon_slurm import (
+    busy_cluster,
+    config_for,
+    engine_for,
+    jobs_now,
+    ours,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.faults]
 ROOT = Path(__file__).parents[2]

@@ -12,7 +12,6 @@ import urllib.request
 
 import pytest
 import structlog
-
 from attentived.daemon import log as dlog
 from attentived.daemon.journal import Journal
 from attentived.daemon.notify import Notifier

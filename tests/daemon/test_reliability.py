@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from attentived.agents.attentive import default_model_path
+from attentived.agents.learned import default_model_path
 from attentived.daemon import config as C
-from attentived.daemon.backend import SlurmUnavailable
 from attentived.daemon.cycle import Engine
 from attentived.daemon.journal import Journal
+from attentived.daemon.records import SlurmUnavailable
 from attentived.daemon.testing import FakeBackend
 
 from .test_apply import TOPO, cluster, pending, running
@@ -183,7 +182,7 @@ def test_running_daemon_survives_bad_slurm_json_and_a_bad_sighup(tmp_path):
 
 # ---- models -----------------------------------------------------------------------------------
 def _bad_models(tmp_path: Path) -> dict[str, Path]:
-    good = Path(default_model_path()).read_bytes()
+    good = Path(default_model_path("attentive")).read_bytes()
     out = {"missing": tmp_path / "missing.pt"}
     (p := tmp_path / "truncated.pt").write_bytes(good[: len(good) // 3])
     out["truncated"] = p
@@ -191,7 +190,7 @@ def _bad_models(tmp_path: Path) -> dict[str, Path]:
     out["corrupt"] = p
     (p := tmp_path / "empty.pt").write_bytes(b"")
     out["empty"] = p
-    payload = torch.load(default_model_path(), weights_only=True)
+    payload = torch.load(default_model_path("attentive"), weights_only=True)
     wrong = dict(payload, dims={k: v + 3 for k, v in payload["dims"].items()})
     torch.save(wrong, p := tmp_path / "mismatched.pt")
     out["mismatched"] = p
@@ -223,7 +222,7 @@ def test_bad_models_fall_back_in_logs_metrics_and_status(tmp_path):
 
 def test_bad_model_subprocess_says_fallback_in_the_log(tmp_path):
     fake = FakeSlurm(tmp_path)
-    good = Path(default_model_path()).read_bytes()
+    good = Path(default_model_path("attentive")).read_bytes()
     model = tmp_path / "truncated.pt"
     model.write_bytes(good[:1000])
     conf = fake.config(tmp_path / "c.toml", policy="attentive", model=str(model), fallback_policy="fifo", metrics_port=0)

@@ -8,12 +8,20 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from attentived.daemon.backend import SlurmParseError
-from attentived.daemon.scontrol_text import (parse_config, parse_jobs, parse_line, parse_nodes, parse_reservations,
-                                             records, slurm_duration, slurm_time)
+from attentived.daemon.records import SlurmParseError
+from attentived.daemon.scontrol_text import (
+    parse_config,
+    parse_jobs,
+    parse_line,
+    parse_nodes,
+    parse_reservations,
+    records,
+    slurm_duration,
+    slurm_time,
+)
 from attentived.daemon.slurm_json import parse_squeue
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 R22 = Path(__file__).parent / "fixtures" / "slurm-22.05"
 

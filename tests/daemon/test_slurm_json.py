@@ -7,11 +7,20 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from attentived.daemon.backend import SlurmParseError, SlurmVersion
-from attentived.daemon.slurm_json import (gpu_indices, number, parse_gres, parse_nodes, parse_reservations,
-                                          parse_sinfo, parse_squeue, state_of, tres_gpus)
+from attentived.daemon.records import SlurmParseError, SlurmVersion
+from attentived.daemon.slurm_json import (
+    gpu_indices,
+    number,
+    parse_gres,
+    parse_nodes,
+    parse_reservations,
+    parse_sinfo,
+    parse_squeue,
+    state_of,
+    tres_gpus,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FIX = Path(__file__).parent / "fixtures"
 R22 = FIX / "slurm-22.05"

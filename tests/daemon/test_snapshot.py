@@ -6,13 +6,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from attentived.daemon.backend import Snapshot, SlurmJob, SlurmNode, SlurmVersion
-from attentived.daemon.lab import Lab
+from attentived.daemon.records import SlurmJob, SlurmNode, SlurmVersion, Snapshot
 from attentived.daemon.scontrol_text import parse_reservations
 from attentived.daemon.slurm_json import parse_sinfo, parse_squeue
 from attentived.daemon.snapshot import build_state, in_partitions, job_model
-from attentived.daemon.topology_source import TopologySourceError, load_topology, slurm_conf_dir
+from attentived.daemon.topology_source import (
+    TopologySourceError,
+    load_topology,
+    slurm_conf_dir,
+)
+from attentived.ops.lab import Lab
 from attentived.topology import Link, uniform
 
 R22 = Path(__file__).parent / "fixtures" / "slurm-22.05"
@@ -56,7 +59,7 @@ def test_free_mask_excludes_used_down_and_unmanaged():
 
 def test_own_reservations_count_as_free_and_others_do_not():
     nodes = tuple(SlurmNode(f"node{i}", "IDLE", gpus=8, partitions=("main",)) for i in range(1, 5))
-    from attentived.daemon.backend import SlurmReservation
+    from attentived.daemon.records import SlurmReservation
     resv = (SlurmReservation("attentived-9", ("node1",), ("bob",), start_time=0, end_time=1e12),
             SlurmReservation("maint", ("node2",), ("root",), start_time=0, end_time=1e12),
             SlurmReservation("later", ("node3",), ("root",), start_time=5e11, end_time=1e12))

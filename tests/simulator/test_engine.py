@@ -3,14 +3,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from attentived.agents.registry import ALL, make_policy
 from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import TraceJob
 from attentived.topology import uniform
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 def tj(job_id, submit, duration, gpus=1, user="alice", model=None):

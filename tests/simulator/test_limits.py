@@ -8,11 +8,16 @@ import statistics
 from dataclasses import dataclass
 
 import pytest
+from attentived.simulator.limits import (
+    LIMIT_MENU,
+    MEDIAN_FACTOR,
+    MIN_FACTOR,
+    time_limit,
+    time_limits,
+)
+from attentived.simulator.trace import TraceJob
 from hypothesis import given
 from hypothesis import strategies as st
-
-from attentived.simulator.limits import LIMIT_MENU, MEDIAN_FACTOR, MIN_FACTOR, time_limit, time_limits
-from attentived.simulator.trace import TraceJob
 
 DAY = 86400.0
 

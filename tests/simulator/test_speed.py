@@ -13,8 +13,8 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-
-from attentived.simulator.speed import (
+from attentived.topology import uniform
+from attentived.topology.speed import (
     POLLUX_TESTBED_BANDWIDTHS,
     REFERENCE_BANDWIDTHS,
     ModelProfile,
@@ -25,7 +25,6 @@ from attentived.simulator.speed import (
     rebase,
     resolve_model,
 )
-from attentived.topology import uniform
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = load_profiles()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from attentived.simulator.synthetic import GPU_MIX, generate, write_trace
 from attentived.simulator.trace import load_trace
 

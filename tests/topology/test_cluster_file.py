@@ -5,10 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from attentived.topology import (
+    Link,
+    TopologyParseError,
+    load_cluster_file,
+    parse_cluster_file,
+    uniform,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from attentived.topology import Link, TopologyParseError, load_cluster_file, parse_cluster_file, uniform
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from attentived.topology import Bandwidths, Link, Node, Topology, uniform
 
 

@@ -14,23 +14,22 @@ import time
 from pathlib import Path
 
 import pytest
+from attentived.daemon import config as C
+from attentived.daemon.observe import Observer
+from attentived.daemon.records import SlurmJob
+from attentived.daemon.scontrol_text import slurm_time
+from attentived.daemon.snapshot import build_state
+from attentived.daemon.testing import FakeBackend
+from attentived.ops import export as ex
+from attentived.ops.inspect import InspectError
+from attentived.simulator.trace import load_trace
 from typer.testing import CliRunner
 
 from attentived.cli import app
-from attentived.daemon import config as C
-from attentived.daemon import export as ex
-from attentived.daemon.backend import SlurmJob
-from attentived.daemon.inspect import InspectError
-from attentived.daemon.scontrol_text import slurm_time
-from attentived.daemon.shadow import Observer
-from attentived.daemon.snapshot import build_state
-from attentived.daemon.testing import FakeBackend
-from attentived.simulator.trace import load_trace
-
-from .test_apply import TOPO, cluster
+from tests.daemon.test_apply import TOPO, cluster
 
 ROOT = Path(__file__).parents[2]
-R22 = Path(__file__).parent / "fixtures" / "slurm-22.05"
+R22 = Path(__file__).parent.parent / "daemon" / "fixtures" / "slurm-22.05"
 
 
 @pytest.fixture(autouse=True)

@@ -30,17 +30,27 @@ import re
 from typing import Any
 
 import numpy as np
-
 from attentived.agents.order import estimated_runtime
 from attentived.agents.registry import PLACERS
 from attentived.agents.state import ClusterState, PendingJob
+from attentived.daemon import config as cfgmod
+from attentived.daemon.snapshot import in_partitions
 from attentived.simulator.metrics import jain
-from attentived.simulator.speed import SpeedModel, resolve_model
+from attentived.topology.speed import SpeedModel, resolve_model
 
-from . import config as cfgmod
-from .inspect import (EXIT_BAD_INPUT, InspectError, Live, connect, open_journal, placer_of, policy_for, project,
-                      scores, slurm_order, slurm_start_estimates)
-from .snapshot import in_partitions
+from .inspect import (
+    EXIT_BAD_INPUT,
+    InspectError,
+    Live,
+    connect,
+    open_journal,
+    placer_of,
+    policy_for,
+    project,
+    scores,
+    slurm_order,
+    slurm_start_estimates,
+)
 
 
 def _option(state: ClusterState, speed: SpeedModel, job: PendingJob, model: str, gpus: tuple[int, ...],

@@ -33,14 +33,14 @@ share          (max_candidates, max_nodes)        fraction of the job on each no
 action_mask    MultiBinary(actions)               legal actions in this phase
 =============  =================================  =========================================
 
-The reward is `attentived.agents.reward` (JCT, fairness of waiting, communication cost;
+The reward is `attentived.training.reward` (JCT, fairness of waiting, communication cost;
 weights in `RewardWeights`), paid when the simulation moves. ``info`` carries the step's
 reward terms, and at the end of an episode ``info["metrics"]`` (the
 `attentived.simulator.metrics.summarize` dict) and ``info["episode_name"]``.
 
 Usage::
 
-    from attentived.simulator.gym_env import SchedulingEnv, TraceWindows
+    from attentived.training.gym_env import SchedulingEnv, TraceWindows
     env = SchedulingEnv(TraceWindows.philly(days=(0, 30)))
     obs, info = env.reset(seed=0)
     while True:
@@ -57,8 +57,6 @@ from typing import Any, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
-
 from attentived.agents.features import (
     CANDIDATE_FEATURES,
     DEFAULT_WINDOW,
@@ -74,14 +72,14 @@ from attentived.agents.features import (
     JobView,
 )
 from attentived.agents.plan import Plan, Start
-from attentived.agents.reward import RewardTerms, RewardTracker, RewardWeights
 from attentived.agents.state import ClusterState
+from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
+from attentived.simulator.metrics import summarize
+from attentived.simulator.samples import sample_path
+from attentived.simulator.trace import Trace, TraceJob, load_trace
 from attentived.topology import Topology, uniform
-
-from .engine import SimJob, Simulation, prepare_jobs
-from .metrics import summarize
-from .samples import sample_path
-from .trace import Trace, TraceJob, load_trace
+from attentived.training.reward import RewardTerms, RewardTracker, RewardWeights
+from gymnasium import spaces
 
 DAY = 86_400.0
 _BOUND = 100.0  # features are O(1) by construction (see attentived.agents.features)

@@ -38,7 +38,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from attentived.topology.model import Bandwidths, Node, Topology
+from .model import Bandwidths, Node, Topology
 
 REFERENCE_BANDWIDTHS = Bandwidths()
 """The cluster the shipped profiles are expressed for: `Bandwidths` defaults (NVLink

@@ -12,15 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-
 from attentived.agents.registry import make_policy
 from attentived.daemon import config as C
-from attentived.daemon import shadow as sh
 from attentived.daemon.cycle import Engine
 from attentived.daemon.notify import Notifier
+from attentived.daemon.observe import ShadowError, read_observations
 from attentived.daemon.service import Service
+from attentived.ops import shadow as sh
 
-from .test_apply import NOW, TOPO, cluster, pending, running
+from tests.daemon.test_apply import NOW, TOPO, cluster, pending, running
+
 from .test_inspect import _logs_to_this_tests_stderr, cfg  # noqa: F401 (autouse fixture)
 
 ROOT = Path(__file__).parents[2]
@@ -47,7 +48,7 @@ def test_shadow_cycles_observe_arrivals_starts_ends_and_change_nothing(tmp_path)
     fake.finish("11", at=NOW + 65)
     e.run_cycle()
     assert fake.calls == []
-    rows, meta = sh.read_observations(c.state_dir)
+    rows, meta = read_observations(c.state_dir)
     by = {r["job_id"]: r for r in rows}
     assert set(by) == {"11", "12", "19", "101"} and "first_observation" in meta
     a = by["11"]
@@ -80,7 +81,7 @@ def test_service_shadow_forces_dry_run_and_start_shadow_once(tmp_path):
     svc = Service(config=c, backend=fake, notifier=Notifier(address=""), shadow=True, engine_factory=factory)
     assert svc.config.dry_run and svc.engine.shadow and svc.engine.mode == "shadow"
     assert svc.run_once() == 0 and fake.calls == []
-    rows, _ = sh.read_observations(c.state_dir)
+    rows, _ = read_observations(c.state_dir)
     assert [r["job_id"] for r in rows] == ["11"]
     live = Service(config=c, backend=fake, notifier=Notifier(address=""), engine_factory=factory)
     assert live.engine.mode == "live" and not live.config.dry_run
@@ -131,9 +132,9 @@ def test_report_compares_observed_slurm_with_the_replayed_policy():
 
 
 def test_report_errors(tmp_path):
-    with pytest.raises(sh.ShadowError, match="start --shadow"):
-        sh.read_observations(tmp_path)
-    with pytest.raises(sh.ShadowError, match="no finished job"):
+    with pytest.raises(ShadowError, match="start --shadow"):
+        read_observations(tmp_path)
+    with pytest.raises(ShadowError, match="no finished job"):
         sh.build_report([row("4", "carol", 4, 1.0, None, None, state="PENDING")], TOPO, [make_policy("fifo")])
 
 
@@ -156,7 +157,7 @@ def test_write_report_is_all_or_nothing(tmp_path, monkeypatch):
 
 @pytest.mark.slurm
 def test_shadow_mode_on_the_lab_then_the_report(clean_lab, tmp_path):
-    from .test_daemon_slurm import jobs_now, lab_config_file, ours
+    from tests.daemon.test_daemon_slurm import jobs_now, lab_config_file, ours
 
     lab = clean_lab
     state = tmp_path / "state"
@@ -183,7 +184,7 @@ def test_shadow_mode_on_the_lab_then_the_report(clean_lab, tmp_path):
     e.run_cycle()
     e.journal.close()
     e._observer.close()
-    rows, _ = sh.read_observations(state)
+    rows, _ = read_observations(state)
     by = {r["job_id"]: r for r in rows}
     assert set(ids) <= set(by)
     for j in ids:

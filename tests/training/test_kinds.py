@@ -4,13 +4,13 @@ feasibly (the engine checks every start) and identically twice."""
 from __future__ import annotations
 
 import pytest
-
 from attentived.agents.checkpoint import load_model
-from attentived.agents.kinds import KINDS, default_model_path, kind_defaults, load_learned
+from attentived.agents.learned import default_model_path, load_learned
 from attentived.simulator.engine import Simulation, prepare_jobs
 from attentived.simulator.samples import sample_path
 from attentived.simulator.trace import load_trace
 from attentived.topology import uniform
+from attentived.training.kinds import KINDS, kind_defaults
 
 
 @pytest.mark.parametrize("agent", list(KINDS))

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-
 from attentived.agents.state import ClusterState
 from attentived.simulator.engine import SimJob
 from attentived.simulator.metrics import jain

@@ -44,15 +44,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from attentived.simulator.speed import load_profiles
+from attentived.daemon import config as cfgmod
+from attentived.daemon.backend import Backend
+from attentived.daemon.records import SlurmError, SlurmJob
+from attentived.daemon.scontrol_text import parse_line, slurm_duration, slurm_time
+from attentived.daemon.slurm_json import tres_gpus
+from attentived.daemon.snapshot import job_model
+from attentived.topology.speed import load_profiles
 
-from . import config as cfgmod
-from .backend import Backend, SlurmError, SlurmJob
 from . import inspect as _inspect
 from .inspect import InspectError
-from .scontrol_text import parse_line, slurm_duration, slurm_time
-from .slurm_json import tres_gpus
-from .snapshot import job_model
 
 HEADER = ("job_id", "submit_time", "user", "num_gpus", "duration", "model", "start_time", "end_time", "state",
           "partition", "time_limit", "nodes")
@@ -369,7 +370,7 @@ def export_trace(cfg: cfgmod.Config, out: str | os.PathLike[str], *, since: floa
 
 def _observed_gpus(cfg: cfgmod.Config) -> dict[str, int]:
     try:
-        from .shadow import ShadowError, read_observations
+        from attentived.daemon.observe import ShadowError, read_observations
 
         rows, _ = read_observations(cfg.state_dir)
     except (ShadowError, Exception):

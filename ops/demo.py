@@ -1,6 +1,6 @@
 """``attentived demo``: the live daemon on the project's own Slurm, against Slurm alone.
 
-One workload, run twice on an identical fresh lab cluster (``daemon/lab.py``: 4 nodes x 8
+One workload, run twice on an identical fresh lab cluster (``ops/lab.py``: 4 nodes x 8
 GPUs, two NVLink islands per node, two leaf switches; its own run dir and ports):
 
 1. **Slurm alone**: ``sched/backfill`` + ``priority/multifactor`` with the age and job-size
@@ -41,12 +41,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
-
 from attentived.simulator.engine import JobRecord, SimJob, Simulation
 from attentived.simulator.metrics import summarize, user_mean_waits
-from attentived.simulator.speed import SpeedModel, resolve_model
 from attentived.simulator.trace import TraceJob
 from attentived.topology import Topology, uniform
+from attentived.topology.speed import SpeedModel, resolve_model
 
 __all__ = [
     "DEMO_PORT_BASE",
@@ -384,7 +383,7 @@ def _auto_scale(durations: np.ndarray, work: Callable[[float], float], want: flo
 # ---- the job script ---------------------------------------------------------------------------
 
 _JOB_SCRIPT = r'''#!/bin/bash
-# attentived demo job (written by attentived.daemon.demo). Usage:
+# attentived demo job (written by attentived.ops.demo). Usage:
 #   job.sh BASE 'SIGNATURE=SLOWDOWN ...'
 # Reads the GPUs Slurm gave this job (scontrol -d show job: node and GPU indices; else
 # SLURM_JOB_NODELIST + CUDA_VISIBLE_DEVICES), prices the placement with the table the demo
@@ -521,7 +520,7 @@ def measure(squeue_raw: str | bytes, workload: Workload, topo: Topology, t0: flo
     start and end times, user, nodes, time limit, state) plus the GPU indices Slurm reported
     while each job ran (``allocations``; else the ones the job read from ``scontrol -d``).
     Times become seconds after ``t0`` (the run's start)."""
-    from .slurm_json import parse_squeue
+    from attentived.daemon.slurm_json import parse_squeue
 
     by_name = workload.by_name
     allocations = allocations or Allocations()
@@ -590,12 +589,12 @@ def summary_of(records: Sequence[JobRecord], topo: Topology) -> dict[str, float]
 
 def make_demo_policy(name: str, seed: int = 0) -> Any:
     """A policy by name, ``attentive`` included (the shipped model)."""
-    from .config import is_learned
+    from attentived.daemon.config import is_learned
 
     if is_learned(name):
-        from attentived.agents.attentive import load_attentive
+        from attentived.agents.learned import load_learned
 
-        return load_attentive(None, seed=seed)
+        return load_learned("attentive", None, seed=seed)
     from attentived.agents.registry import make_policy
 
     return make_policy(name, seed)
@@ -611,14 +610,13 @@ def predict(workload: Workload, policy: str, topo: Topology | None = None, seed:
 def check_policy(name: str) -> None:
     """DemoError (exit 2) for a policy name the daemon would not accept; cheap (no torch)."""
     from attentived.agents.registry import UnknownPolicy, make_policy
-
-    from .config import is_learned
+    from attentived.daemon.config import is_learned
 
     if is_learned(name):
-        from attentived.agents.attentive import default_model_path
+        from attentived.agents.learned import default_model_path
 
-        if not default_model_path().is_file():
-            raise DemoError(f"policy {name}: no shipped model at {default_model_path()}", EXIT_BAD_INPUT)
+        if not default_model_path("attentive").is_file():
+            raise DemoError(f"policy {name}: no shipped model at {default_model_path('attentive')}", EXIT_BAD_INPUT)
         return
     try:
         make_policy(name)
@@ -629,9 +627,9 @@ def check_policy(name: str) -> None:
 def default_policy() -> str:
     """``attentive`` when its shipped model is there, else ``FALLBACK_POLICY``."""
     try:
-        from attentived.agents.attentive import default_model_path
+        from attentived.agents.learned import default_model_path
 
-        if default_model_path().is_file():
+        if default_model_path("attentive").is_file():
             return "attentive"
     except Exception:  # the learned agent's module cannot load (torch missing...)
         pass
@@ -884,8 +882,9 @@ class Demo:
     # ---- one run ------------------------------------------------------------------------------
     def _run(self, kind: str, workload: Workload, predicted: list[JobRecord], sim_policy: str,
              daemon_policy: str) -> RunResult:
+        from attentived.daemon.slurm_json import parse_squeue
+
         from .lab import LabError
-        from .slurm_json import parse_squeue
 
         title = RUN_TITLES[kind]
         self.emit("phase", run=kind, text="starting a fresh cluster")

@@ -11,7 +11,7 @@ decision point where some job starts.
   GPU_FEATURES), ``globals`` (GLOBAL_FEATURES) and ``action_mask`` (max_gpus: free, not yet
   picked, a real GPU);
 * action: a GPU id ``0..max_gpus-1``;
-* reward: the same `attentived.agents.reward` terms as `SchedulingEnv` (placement cost at
+* reward: the same `attentived.training.reward` terms as `SchedulingEnv` (placement cost at
   each start, JCT and fairness as the clock moves), so the returns are comparable;
 * ``info["metrics"]`` at the end of an episode, as `SchedulingEnv`.
 
@@ -29,18 +29,24 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
-
 from attentived.agents.placement import Consolidate
 from attentived.agents.plan import Plan, Start
 from attentived.agents.policy import Scheduler
-from attentived.agents.proximity import GLOBAL_FEATURES, GPU_FEATURES, QUEUE_WINDOW, Observer, can_place, teacher_gpu
-from attentived.agents.reward import RewardTerms, RewardTracker, RewardWeights
+from attentived.agents.proximity import (
+    GLOBAL_FEATURES,
+    GPU_FEATURES,
+    QUEUE_WINDOW,
+    Observer,
+    can_place,
+    teacher_gpu,
+)
 from attentived.agents.state import ClusterState, PendingJob
+from attentived.simulator.engine import Simulation
+from attentived.simulator.metrics import summarize
+from attentived.training.reward import RewardTerms, RewardTracker, RewardWeights
+from gymnasium import spaces
 
-from .engine import Simulation
 from .gym_env import EpisodeSampler
-from .metrics import summarize
 
 
 class GpuByGpuEnv(gym.Env):

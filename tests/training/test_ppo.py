@@ -5,16 +5,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from attentived.agents.order import estimated_runtime
-from attentived.agents.ppo import PPOConfig, Stage, evaluate, score, teacher_action, train, validation_episodes
-from attentived.agents.reward import RewardWeights
 from attentived.agents.registry import make_policy
 from attentived.simulator.engine import Simulation, prepare_jobs
-from attentived.simulator.gym_env import Episode, FixedEpisode, SchedulingEnv
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import load_trace
 from attentived.topology import uniform
+from attentived.training.config import PPOConfig, Stage
+from attentived.training.gym_env import Episode, FixedEpisode, SchedulingEnv
+from attentived.training.ppo import evaluate, score, train, validation_episodes
+from attentived.training.reward import RewardWeights
+from attentived.training.teacher import teacher_action
 
 
 def write_toy_trace(path: Path, n: int = 400, seed: int = 0) -> Path:
@@ -153,7 +154,8 @@ def test_the_same_loop_trains_the_drl_baselines(tmp_path, agent):
     from dataclasses import replace
 
     from attentived.agents.checkpoint import CheckpointError, load_model
-    from attentived.agents.kinds import kind_defaults, load_learned
+    from attentived.agents.learned import load_learned
+    from attentived.training.kinds import kind_defaults
 
     def config(sub):
         cfg = tiny_config(tmp_path / sub)

@@ -4,16 +4,22 @@ import warnings
 
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from attentived.agents.reward import RewardWeights
 from attentived.simulator.engine import SimJob, prepare_jobs
-from attentived.simulator.gym_env import Episode, FixedEpisode, Mixture, SchedulingEnv, TraceWindows, _at_load
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import Trace, TraceJob
 from attentived.topology import uniform
+from attentived.training.gym_env import (
+    Episode,
+    FixedEpisode,
+    Mixture,
+    SchedulingEnv,
+    TraceWindows,
+    _at_load,
+)
+from attentived.training.reward import RewardWeights
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 def tj(i, submit, duration, gpus=1, user="alice", model=None):
@@ -74,7 +80,7 @@ def test_random_masked_rollouts_finish_every_job_and_return_the_metrics():
 
 
 def test_episode_return_is_the_weighted_metrics():
-    """The reward terms telescope to the benchmark's metrics (see agents/reward.py)."""
+    """The reward terms telescope to the benchmark's metrics (see training/reward.py)."""
     w = RewardWeights(jct=1.0, fairness=3.0, comm=5.0)
     env = toy_env(reward=w)
     total, _, info = rollout(env, np.random.default_rng(1))

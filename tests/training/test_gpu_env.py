@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from attentived.agents.order import Fifo
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
-from attentived.agents.reward import RewardWeights
 from attentived.simulator.engine import Simulation
-from attentived.simulator.gpu_env import GpuByGpuEnv
-from attentived.simulator.gym_env import Episode, FixedEpisode
 from attentived.simulator.metrics import summarize
 from attentived.topology import uniform
+from attentived.training.gpu_env import GpuByGpuEnv
+from attentived.training.gym_env import Episode, FixedEpisode
+from attentived.training.reward import RewardWeights
 
 from .test_gym_env import gym_checked, toy_jobs
 

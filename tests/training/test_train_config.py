@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import pytest
-
-from attentived.agents.ppo import PPOConfig
-from attentived.agents.reward import RewardWeights
-from attentived.agents.train_config import TrainConfigError, apply_settings, load_train_config
+from attentived.training.config import PPOConfig
+from attentived.training.reward import RewardWeights
+from attentived.training.train_config import (
+    TrainConfigError,
+    apply_settings,
+    load_train_config,
+)
 
 
 def test_toml_sets_plain_fields_and_reward_weights(tmp_path):

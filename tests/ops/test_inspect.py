@@ -1,4 +1,4 @@
-"""The inspection commands' data (daemon/inspect.py, daemon/explain.py): status and liveness,
+"""The inspection commands' data (ops/inspect.py, ops/explain.py): status and liveness,
 queue, explain, decisions, topology --slurm, config check. Fast tests run on the in-memory
 Slurm (daemon/testing.py) and the recorded 22.05 mix; the ``slurm`` test runs a real daemon
 on the lab and checks every answer against Slurm."""
@@ -14,19 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from attentived.agents.plan import Hold, Plan
 from attentived.agents.registry import make_policy
 from attentived.agents.state import ClusterState, PendingJob, RunningJob
 from attentived.daemon import config as C
-from attentived.daemon import inspect as ins
 from attentived.daemon.cycle import Engine
-from attentived.daemon.explain import explain
 from attentived.daemon.journal import Journal
 from attentived.daemon.testing import FakeBackend
+from attentived.ops import inspect as ins
+from attentived.ops.explain import explain
 
-from .test_apply import NOW, TOPO, cluster, pending, running
-from .test_snapshot import snapshot22
+from tests.daemon.test_apply import NOW, TOPO, cluster, pending, running
+from tests.daemon.test_snapshot import snapshot22
 
 ROOT = Path(__file__).parents[2]
 
@@ -278,7 +277,7 @@ def test_explain_on_the_recorded_22_05_mix(tmp_path):
     c = cfg(tmp_path)
     snap = snapshot22()
     fake = FakeBackend.from_snapshot(snap)
-    scenario = json.loads((Path(__file__).parent / "fixtures" / "slurm-22.05" / "scenario.json").read_text())["jobs"]
+    scenario = json.loads((Path(__file__).parent.parent / "daemon" / "fixtures" / "slurm-22.05" / "scenario.json").read_text())["jobs"]
     lv = live(c, fake)
     pinned = explain(c, str(scenario["pinned"]), lv)
     assert pinned["status"] == "pending" and "own node constraints" in pinned["summary"]
@@ -370,7 +369,12 @@ def _cli(*args, timeout=120):
 
 @pytest.mark.slurm
 def test_inspection_against_a_running_daemon_on_the_lab(clean_lab, tmp_path):
-    from .test_daemon_slurm import busy_cluster, jobs_now, lab_config_file, wait_until
+    from tests.daemon.test_daemon_slurm import (
+        busy_cluster,
+        jobs_now,
+        lab_config_file,
+        wait_until,
+    )
 
     lab = clean_lab
     state = tmp_path / "state"

@@ -6,7 +6,7 @@ and N slurmd ("node1".."nodeN") with 8 fake H100 GPUs each, all running as root 
 directory (default ``/tmp/attentived-lab``). This module starts and stops it and runs Slurm
 commands against it, always with argv lists and timeouts::
 
-    from attentived.daemon.lab import Lab
+    from attentived.ops.lab import Lab
 
     lab = Lab()                      # or Lab(run_dir="/tmp/x", nodes=16, port_base=18817)
     lab.start()                      # about 3 s; needs root and Slurm (see install())
@@ -163,9 +163,6 @@ class Lab:
         """World-writable (1777) directory where ``submit`` puts job output (``<id>.out``)."""
         return self.run_dir / "jobs"
 
-    @property
-    def log_dir(self) -> Path:
-        return self.run_dir / "log"
 
     def output_path(self, job_id: int) -> Path:
         return self.jobs_dir / f"{int(job_id)}.out"

@@ -47,18 +47,18 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
 from attentived.agents.state import ClusterState, PendingJob
+from attentived.daemon import config as cfgmod
+from attentived.daemon.backend import Backend
+from attentived.daemon.checks import check_slurm_config
+from attentived.daemon.connect import make_backend
+from attentived.daemon.journal import Journal
+from attentived.daemon.records import SlurmError, SlurmJob, Snapshot
+from attentived.daemon.snapshot import Built, build_state
+from attentived.daemon.topology_source import TopologySourceError, load_topology
 from attentived.topology import Topology, TopologyParseError
-
-from . import config as cfgmod
-from .backend import Backend, SlurmError, SlurmJob, Snapshot, make_backend
-from .checks import check_slurm_config
-from .journal import Journal
-from .snapshot import Built, build_state
-from .topology_source import TopologySourceError, load_topology
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_NOT_RUNNING = 0, 1, 2, 3
 
@@ -332,7 +332,7 @@ def connect(cfg: cfgmod.Config, *, backend: Backend | None = None, topology: Top
 def policy_for(cfg: cfgmod.Config) -> tuple[Policy, str, str]:
     """The policy the daemon would run (``attentive`` loads its model; a policy that cannot
     load falls back as in the daemon): (policy, name, why it fell back or "")."""
-    from .cycle import load_policy
+    from attentived.daemon.cycle import load_policy
 
     return load_policy(cfg)
 
@@ -467,7 +467,7 @@ def slurm_start_estimates(backend: Backend) -> dict[str, float]:
     run = getattr(backend, "run", None)
     if run is None:
         return {}
-    from .scontrol_text import slurm_time
+    from attentived.daemon.scontrol_text import slurm_time
 
     try:
         proc = run(["squeue", "--start", "-h", "-o", "%i|%S"], check=False)
@@ -663,13 +663,6 @@ def topology_live(cfg: cfgmod.Config, live: Live | None = None) -> dict[str, Any
     return doc
 
 
-def used_mask(live: Live) -> np.ndarray:
-    used = np.zeros(live.topology.num_gpus, dtype=bool)
-    for gpus in live.built.running_gpus.values():
-        used[list(gpus)] = True
-    return used
-
-
 # ---- config check --------------------------------------------------------------------------------
 
 
@@ -687,7 +680,7 @@ def config_check(path: str | os.PathLike[str] | None, *, slurm: bool = True,
     cfg = load_config(path)
     add("config", "ok", f"{cfg.source}: valid" if cfg.source != "(defaults)"
         else f"no file at {cfgmod.DEFAULT_PATH}: built-in defaults")
-    from .cycle import load_policy
+    from attentived.daemon.cycle import load_policy
 
     _policy, name, why = load_policy(cfg)
     if why:
@@ -775,7 +768,7 @@ def _partitions(backend: Backend) -> dict[str, bool]:
     if run is None:
         default = backend.default_partition()
         return {default: True} if default else {}
-    from .scontrol_text import parse_lines
+    from attentived.daemon.scontrol_text import parse_lines
 
     out = {}
     for rec in parse_lines(run(["scontrol", "-o", "show", "partition"]).stdout, "scontrol show partition"):

@@ -1,4 +1,4 @@
-"""The project's Slurm lab (attentived/slurmlab + attentived.daemon.lab).
+"""The project's Slurm lab (attentived/slurmlab + attentived.ops.lab).
 
 Tests marked ``slurm`` run against the real lab (see tests/conftest.py); the others check the
 rendered configuration and the argv building without Slurm.
@@ -12,8 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from attentived.daemon.lab import (
+from attentived.ops.lab import (
     DEFAULT_PORT_BASE,
     Lab,
     LabError,
@@ -98,7 +97,7 @@ def test_parse_scontrol_line():
     assert d["AllocNode:Sid"] == "localhost:12" and d["Reason"] == "cable cut [root@2024]"
 
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "daemon" / "fixtures"
 
 
 def test_recorded_22_05_fixtures_match_their_scenario():

@@ -1,4 +1,4 @@
-"""The teacher of the teacher-guided start of PPO (see `attentived.agents.ppo`).
+"""The teacher of the teacher-guided start of PPO (see `attentived.training.ppo`).
 
 A strong heuristic whose actions the agents are pulled toward early in training (a
 behaviour-cloning term whose weight is annealed to a floor). Each trainable agent kind
@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attentived.simulator.gym_env import SchedulingEnv
-
-from .order import estimated_runtime
-from .placement import Consolidate
-from .policy import Ranking, Scheduler
-from .state import ClusterState
+from attentived.agents.order import estimated_runtime
+from attentived.agents.placement import Consolidate
+from attentived.agents.policy import Ranking, Scheduler
+from attentived.agents.state import ClusterState
+from attentived.training.gym_env import SchedulingEnv
 
 
 @dataclass

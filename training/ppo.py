@@ -1,8 +1,8 @@
 """PPO for the attentive agents and the DRL baselines, in one loop, in the manner of
 CleanRL's ``ppo.py``.
 
-Everything tunable is in `PPOConfig`; ``agent`` picks what is trained (`agents.kinds`:
-the network, its environment, the teacher's action there and the policy that runs it),
+Everything tunable is in `PPOConfig`; ``agent`` picks what is trained (`training.kinds`:
+the network, its environment and the teacher's action there; `agents.learned` runs it),
 and everything else -- data, curriculum, reward, the loop, validation -- is shared. The loop is the textbook one: collect
 ``num_steps`` transitions from each of ``num_envs`` environments with the current policy,
 compute advantages with GAE, then run ``update_epochs`` epochs of clipped PPO on shuffled
@@ -12,7 +12,7 @@ masked actions get logits of ``-1e8``, so they are never sampled and never contr
 the entropy.
 
 One addition to textbook PPO: a teacher-guided start. The loss also has ``bc_coef x``
-the cross-entropy toward a heuristic teacher's action (`agents.teacher`) on the same
+the cross-entropy toward a heuristic teacher's action (`training.teacher`) on the same
 observations; the coefficient falls linearly from ``bc_coef`` to ``bc_floor`` over the
 first ``bc_until`` of training and stays there. From scratch, a near-uniform policy over
 65 job slots picks WAIT often enough to idle the cluster for hours; on the 2-core budget
@@ -54,116 +54,28 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import nn
-
+from attentived.agents.checkpoint import (
+    LoadedModel,
+    load_training,
+    save_model,
+    save_training,
+)
+from attentived.agents.learned import POLICIES, load_learned
+from attentived.agents.policy import Policy
+from attentived.agents.registry import ALL, make_policy
 from attentived.simulator.engine import JobRecord, Simulation
-from attentived.simulator.gym_env import Episode, Mixture, TraceWindows
 from attentived.simulator.metrics import summarize
 from attentived.simulator.replay import replay
 from attentived.simulator.samples import sample_path
 from attentived.simulator.trace import Trace, load_trace
 from attentived.topology import Topology
+from torch import nn
 
-from .checkpoint import LoadedModel, load_training, save_model, save_training
-from .features import DEFAULT_WINDOW, MAX_CANDIDATES
-from .kinds import KINDS, load_learned
-from .mlp import MlpConfig
-from .networks import NetConfig
-from .policy import Policy
-from .registry import ALL, make_policy
+from .config import PPOConfig, Stage
+from .gym_env import Episode, Mixture, TraceWindows
+from .kinds import KINDS, kind_defaults
 from .reward import RewardWeights
 from .teacher import TEACHER, teacher_action
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A curriculum stage, in force from ``start`` (fraction of ``total_steps``) on."""
-
-    start: float
-    nodes: tuple[int, ...]
-    jobs: tuple[int, int]
-    load: tuple[float, float]
-
-
-DEFAULT_CURRICULUM = (
-    Stage(0.0, nodes=(2, 4), jobs=(150, 400), load=(0.8, 1.4)),
-    Stage(0.3, nodes=(4, 8), jobs=(300, 800), load=(0.8, 1.5)),
-    Stage(0.6, nodes=(8, 16, 32), jobs=(500, 1500), load=(0.9, 1.5)),
-)
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """Every hyper-parameter of a training run."""
-
-    # run
-    agent: str = "attentive"  # which network and environment (agents.kinds): attentive, deeprm, proximity-drl
-    seed: int = 1
-    out_dir: str = "runs/attentive"
-    total_steps: int = 200_000
-    time_budget_s: float | None = None  # stop early (saving everything) after this wall time
-    device: str = "auto"  # "auto": CUDA when present, else CPU
-    torch_threads: int = 1  # intra-op threads; small batches are fastest on one
-    # environments and data
-    num_envs: int = 8
-    window: int = DEFAULT_WINDOW
-    max_candidates: int = MAX_CANDIDATES
-    max_nodes: int = 32  # node padding of the observation; >= the largest curriculum cluster
-    max_gpus: int = 128  # proximity-drl: GPU slots of its fixed-size input
-    order: str = "fifo"  # proximity-drl: the heuristic job order it places for
-    train_trace: str = "philly"  # a bundled sample name or a trace file
-    train_days: tuple[float, float] = (0.0, 30.0)
-    tiresias_share: float = 0.1  # fraction of episodes drawn from the Tiresias job list
-    curriculum: tuple[Stage, ...] = DEFAULT_CURRICULUM
-    reward: RewardWeights = field(default_factory=RewardWeights)
-    # model
-    net: NetConfig = field(default_factory=NetConfig)  # attentive
-    mlp: MlpConfig = field(default_factory=MlpConfig)  # deeprm, proximity-drl
-    # PPO
-    num_steps: int = 128  # per environment per rollout
-    learning_rate: float = 3e-4
-    anneal_lr: bool = True
-    gamma: float = 0.999  # decisions are seconds apart; their effects last hours
-    gae_lambda: float = 0.95
-    num_minibatches: int = 4
-    update_epochs: int = 4
-    clip_coef: float = 0.2
-    clip_vloss: bool = True
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    target_kl: float | None = 0.05
-    # teacher-guided start: a behaviour-cloning term toward `teacher_action`, annealed away
-    bc_coef: float = 1.0
-    bc_until: float = 0.5  # fraction of training over which the coefficient falls to bc_floor
-    bc_floor: float = 0.2  # kept for the rest of training: a leash, not a target
-    # validation and checkpoints
-    val_days: tuple[float, float] = (30.0, 40.0)
-    val_episodes: int = 3
-    val_jobs: int = 600
-    val_nodes: int = 8
-    val_every: int = 15  # updates
-    checkpoint_every: int = 10  # updates
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        return self.batch_size // self.num_minibatches
-
-    @property
-    def num_updates(self) -> int:
-        return max(1, self.total_steps // self.batch_size)
-
-    def stage(self, global_step: int) -> Stage:
-        frac = global_step / max(self.total_steps, 1)
-        return [s for s in self.curriculum if s.start <= frac][-1]
-
-    def as_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))
-
 
 # ---- data ----
 
@@ -386,7 +298,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             }
             if update % cfg.val_every == 0 or update == cfg.num_updates:
                 model = LoadedModel(net.cpu().eval(), cfg.window, cfg.max_candidates, {}, cfg.agent)
-                policy = kind.make_policy(model, 0, None)
+                policy = POLICIES[cfg.agent](model, 0, None)
                 row["val_score"] = _validate(policy, val_eps, cfg.reward)
                 net.to(device)
                 history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
@@ -441,7 +353,14 @@ class _Progress:
         self._bar = None
         if not enabled:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._bar = Progress(
             TextColumn("[bold]PPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -509,17 +428,10 @@ def evaluate(
     return Evaluation(trace.name, {"nodes": len(topology.nodes), "gpus": topology.num_gpus}, tuple(seeds), means)
 
 
-__all__ = ["DEFAULT_CURRICULUM", "TEACHER", "Evaluation", "PPOConfig", "Stage", "evaluate", "main", "score",
-           "teacher_action", "train", "validation_episodes"]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m attentived.agents.ppo``: train with the defaults, overriding a few."""
+    """``python -m attentived.training.ppo``: train with the defaults, overriding a few."""
     import argparse
-
     from dataclasses import replace
-
-    from .kinds import KINDS, kind_defaults
 
     ap = argparse.ArgumentParser(description="Train the attentive agents or a DRL baseline with PPO (see docs/agents.md).")
     ap.add_argument("--agent", default="attentive", choices=list(KINDS))

@@ -12,7 +12,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from .ppo import PPOConfig
+from .config import PPOConfig
 from .reward import RewardWeights
 
 _NESTED = {"curriculum", "net", "mlp", "reward"}  # not settable as plain values

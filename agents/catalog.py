@@ -1,0 +1,57 @@
+"""The named parts a policy is built from: job orders and placers, by the names the CLI,
+the config file and model files use.
+
+Each factory takes the run's seed (the searches and random placement use it; the
+heuristics are deterministic and ignore it). `registry` composes these into policies;
+the learned policies look up the job order their model was trained with here too.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .annealing import Annealing
+from .genetic import Genetic
+from .metaheuristic import Portfolio
+from .order import (
+    FairShare,
+    Fifo,
+    OracleShortestJobFirst,
+    ShortestJobFirst,
+    SlurmMultifactor,
+    Tiresias,
+)
+from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
+from .policy import JobChooser, Placer
+
+HEURISTIC_ORDERS: dict[str, Callable[[int], JobChooser]] = {
+    "fifo": lambda seed: Fifo(),
+    "sjf": lambda seed: ShortestJobFirst(),
+    "fair-share": lambda seed: FairShare(),
+    "tiresias": lambda seed: Tiresias(),
+    "slurm-multifactor": lambda seed: SlurmMultifactor(),
+    "sjf-oracle": lambda seed: OracleShortestJobFirst(),
+}
+
+SEARCH_ORDERS: dict[str, tuple[Callable[[int], JobChooser], str]] = {
+    "genetic": (lambda seed: Genetic(seed=seed),
+                "genetic algorithm over job order and packing (look-ahead model), consolidated placement"),
+    "annealing": (lambda seed: Annealing(seed=seed),
+                  "simulated annealing over job order and packing (look-ahead model), consolidated placement"),
+    "portfolio": (lambda seed: Portfolio(seed=seed),
+                  "best heuristic order by the look-ahead cost, no search; consolidated placement"),
+}
+"""The look-ahead job orders, with their one-line summaries (benchmarks that compare with
+the plain heuristics leave them out)."""
+
+ORDERS: dict[str, Callable[[int], JobChooser]] = {
+    **HEURISTIC_ORDERS,
+    **{name: factory for name, (factory, _) in SEARCH_ORDERS.items()},
+}
+
+PLACERS: dict[str, Callable[[int], Placer]] = {
+    "first-fit": lambda seed: FirstFit(),
+    "consolidate": lambda seed: Consolidate(),
+    "load-balance": lambda seed: LoadBalance(),
+    "random": lambda seed: RandomPlacer(seed=seed),
+}

@@ -1,0 +1,78 @@
+"""The learned policies: a trained model file in, the `Policy` that runs its network out.
+
+Each agent's network is built by `checkpoint.load_model` (the file records which agent it
+belongs to); this module turns it into the policy the simulator and the daemon call:
+
+================  ===========================  ==========================
+agent             network                      policy
+================  ===========================  ==========================
+attentive         `AttentiveNet` (attention    `AttentivePolicy`
+                  over jobs, GPU agent)
+deeprm            `DeepRMNet` (MLP over 10     `DeepRMPolicy` (job MLP,
+                  job slots)                   consolidate placement)
+proximity-drl     `ProximityNet` (MLP over     `Scheduler(<its order>,
+                  128 GPU slots)               ProximityPlacer)`
+================  ===========================  ==========================
+
+Training (`attentived.training`) builds on this; nothing here knows how a model was trained.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .attentive import AttentivePolicy
+from .catalog import ORDERS
+from .checkpoint import CheckpointError, LoadedModel, load_model
+from .deeprm import DeepRMPolicy
+from .policy import Policy, Scheduler
+from .proximity import ProximityPlacer
+
+
+def _attentive(model: LoadedModel, seed: int, threads: int | None) -> Policy:
+    return AttentivePolicy(model.net, window=model.window, max_candidates=model.max_candidates, seed=seed, threads=threads)
+
+
+def _deeprm(model: LoadedModel, seed: int, threads: int | None) -> Policy:
+    return DeepRMPolicy(model.net, seed=seed, threads=threads)
+
+
+def _proximity(model: LoadedModel, seed: int, threads: int | None) -> Policy:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    net = model.net
+    return Scheduler(ORDERS[net.order](seed), ProximityPlacer(net, seed=seed), backfill=False, name="proximity-drl")
+
+
+POLICIES: dict[str, Callable[[LoadedModel, int, int | None], Policy]] = {
+    "attentive": _attentive,
+    "deeprm": _deeprm,
+    "proximity-drl": _proximity,
+}
+"""The policy that runs each agent's trained network, given the model, a seed and the
+number of torch threads (``None``: leave torch's setting)."""
+
+
+def default_model_path(agent: str) -> Path:
+    """The model shipped for ``agent`` (``attentived/data/models/<agent>-default.pt``)."""
+    return Path(str(files("attentived.data") / "models" / f"{agent}-default.pt"))
+
+
+def load_learned(agent: str | None, path: str | os.PathLike[str] | None = None, seed: int = 0,
+                 threads: int | None = 1) -> Policy:
+    """The policy of a trained model: the file at ``path`` (default: ``agent``'s shipped
+    model). With ``agent`` named, a model of another agent is refused (`CheckpointError`),
+    so ``--policy deeprm --model attentive.pt`` fails instead of mis-loading."""
+    if path is None:
+        if agent is None:
+            raise ValueError("name an agent or a model file")
+        path = default_model_path(agent)
+    model = load_model(path)
+    if agent is not None and model.agent != agent:
+        raise CheckpointError(f"{path}: a model of the {model.agent} agent, not {agent}; run it as --policy {model.agent}")
+    return POLICIES[model.agent](model, seed, threads)

@@ -1,0 +1,241 @@
+"""The ``cli`` backend (the default): Slurm's own commands.
+
+Reads with ``squeue --json -t all`` plus, for nodes and reservations, ``sinfo --json`` /
+``scontrol -o show reservation`` on 22.05 and ``scontrol show nodes|reservation --json``
+from 23.02 on. Writes with ``scontrol update|create|delete|hold|release``; many job updates
+go to one ``scontrol`` process on its standard input (one RPC each, one process in all).
+Every command is an argv list (never a shell), runs with a timeout, and a failure raises
+``SlurmCommandError`` carrying the argv, exit status and stderr.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import subprocess
+import time
+from typing import Sequence
+
+from . import scontrol_text, slurm_json
+from .backend import BackendMixin
+from .records import (
+    CommandResult,
+    JobUpdate,
+    SlurmCommandError,
+    SlurmError,
+    SlurmUnavailable,
+    SlurmVersion,
+    Snapshot,
+    check_job_id,
+    check_name,
+    node_list,
+)
+
+_ERROR_JOB = re.compile(r"(?:for job|JobId=|job_id=|job)\s*([0-9]+)", re.IGNORECASE)
+_BATCH_MAX = 500  # updates per scontrol process
+
+
+class CliBackend(BackendMixin):
+    """Slurm through its command-line clients (argv lists, timeouts, no shell)."""
+
+    name = "cli"
+
+    def __init__(self, slurm_conf: str | None = None, timeout: float = 30.0,
+                 bin_dir: str | None = None) -> None:
+        self.slurm_conf = slurm_conf or None
+        self.timeout = float(timeout)
+        self.bin_dir = bin_dir or None
+        self._version: SlurmVersion | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=3, thread_name_prefix="slurm-read")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+    # -- running commands --
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        env.setdefault("LANG", "C.UTF-8")
+        return env
+
+    def _argv(self, argv: Sequence[str]) -> list[str]:
+        argv = [str(a) for a in argv]
+        if self.bin_dir:
+            argv[0] = os.path.join(self.bin_dir, argv[0])
+        return argv
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run one Slurm command; ``SlurmCommandError`` on failure when ``check``."""
+        full = self._argv(argv)
+        try:
+            proc = subprocess.run(
+                full, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                capture_output=True, text=True, errors="replace", env=self._env(),
+                timeout=timeout or self.timeout,
+            )
+        except FileNotFoundError:
+            raise SlurmUnavailable(f"{full[0]}: command not found (install Slurm's client commands or set slurm_bin_dir)") from None
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            raise SlurmCommandError(full, None, out or f"no answer within {timeout or self.timeout:g} s") from None
+        if check and proc.returncode != 0:
+            raise SlurmCommandError(full, proc.returncode, proc.stderr, proc.stdout)
+        return proc
+
+    def _result(self, argv: Sequence[str], input: str | None = None) -> CommandResult:
+        t0 = time.monotonic()
+        try:
+            proc = self.run(argv, input=input, check=False)
+        except SlurmCommandError as exc:
+            return CommandResult(tuple(exc.argv), False, exc.rc, exc.stderr, time.monotonic() - t0)
+        except SlurmUnavailable as exc:
+            return CommandResult(tuple(argv), False, 127, str(exc), time.monotonic() - t0)
+        ok = proc.returncode == 0
+        return CommandResult(tuple(self._argv(argv)), ok, proc.returncode, proc.stderr.strip(), time.monotonic() - t0)
+
+    # -- reads --
+    def version(self) -> SlurmVersion:
+        if self._version is None:
+            try:
+                self._version = SlurmVersion.parse(self.run(["scontrol", "--version"]).stdout)
+            except SlurmError:
+                self._version = slurm_json.parse_squeue(self.run(["squeue", "--json", "-t", "all"]).stdout).version
+        return self._version
+
+    def config(self) -> dict[str, str]:
+        return scontrol_text.parse_config(self.run(["scontrol", "show", "config"]).stdout)
+
+    def default_partition(self) -> str | None:
+        for rec in scontrol_text.parse_lines(self.run(["scontrol", "-o", "show", "partition"]).stdout, "scontrol show partition"):
+            if rec.get("Default", "").upper() == "YES":
+                return rec.get("PartitionName")
+        return None
+
+    def read_commands(self) -> dict[str, list[str]]:
+        """The argv of each read the snapshot makes, for this Slurm version."""
+        if self.version().has_scontrol_json:
+            return {"jobs": ["squeue", "--json", "-t", "all"], "nodes": ["scontrol", "show", "nodes", "--json"],
+                    "reservations": ["scontrol", "show", "reservation", "--json"]}
+        return {"jobs": ["squeue", "--json", "-t", "all"], "nodes": ["sinfo", "--json"],
+                "reservations": ["scontrol", "-o", "show", "reservation"]}
+
+    def snapshot(self) -> Snapshot:
+        version = self.version()
+        cmds = self.read_commands()
+        t0 = time.monotonic()
+        taken = time.time()
+
+        def timed(argv: list[str]) -> tuple[str, float]:
+            s = time.monotonic()
+            return self.run(argv).stdout, time.monotonic() - s
+
+        futures = {k: self._pool.submit(timed, v) for k, v in cmds.items()}
+        out = {k: f.result() for k, f in futures.items()}
+        t_read = time.monotonic() - t0
+        jobs_parsed = slurm_json.parse_squeue(out["jobs"][0])
+        if version.has_scontrol_json:
+            nodes = slurm_json.parse_nodes(out["nodes"][0], source="scontrol show nodes --json")
+            resv = slurm_json.parse_reservations(out["reservations"][0])
+        else:
+            nodes = slurm_json.parse_sinfo(out["nodes"][0])
+            resv = scontrol_text.parse_reservations(out["reservations"][0])
+        return Snapshot(
+            version=jobs_parsed.version or version, taken_at=taken, jobs=jobs_parsed.jobs, nodes=nodes,
+            reservations=resv,
+            timings={"read": t_read, "parse": time.monotonic() - t0 - t_read,
+                     **{f"read_{k}": v[1] for k, v in out.items()}},
+        )
+
+    # -- writes --
+    def update_jobs(self, updates: Sequence[JobUpdate]) -> list[CommandResult]:
+        """Apply job updates in order. One update: ``scontrol update ...``. Several: one
+        ``scontrol`` process reading them from stdin (each still one RPC, in order); its
+        stderr names the job of each failure ("... for job 12"). When a failure cannot be
+        tied to a job, every update of that batch is retried alone (they are idempotent)."""
+        updates = list(updates)
+        if not updates:
+            return []
+        if len(updates) == 1:
+            return [self._result(["scontrol", *updates[0].args()])]
+        results: list[CommandResult] = []
+        for start in range(0, len(updates), _BATCH_MAX):
+            results.extend(self._batch(updates[start : start + _BATCH_MAX]))
+        return results
+
+    def _batch(self, updates: list[JobUpdate]) -> list[CommandResult]:
+        text = "".join(" ".join(u.args()) + "\n" for u in updates)
+        t0 = time.monotonic()
+        timeout = max(self.timeout, 0.05 * len(updates))
+        try:
+            proc = self.run(["scontrol"], input=text, timeout=timeout, check=False)
+        except SlurmError:
+            return [self._result(["scontrol", *u.args()]) for u in updates]
+        per = (time.monotonic() - t0) / len(updates)
+        if proc.returncode == 0 and not proc.stderr.strip():
+            return [CommandResult(("scontrol", *u.args()), True, 0, "", per) for u in updates]
+        errors: dict[str, list[str]] = {}
+        unmapped = False
+        for line in proc.stderr.splitlines():
+            if not line.strip():
+                continue
+            m = _ERROR_JOB.search(line)
+            if m:
+                errors.setdefault(m.group(1), []).append(line.strip())
+            else:
+                unmapped = True
+        if unmapped or not errors:
+            return [self._result(["scontrol", *u.args()]) for u in updates]
+        # A job with several updates in the batch: retry them alone to know which one failed.
+        counts: dict[str, int] = {}
+        for u in updates:
+            counts[u.job_id] = counts.get(u.job_id, 0) + 1
+        out = []
+        for u in updates:
+            if u.job_id not in errors:
+                out.append(CommandResult(("scontrol", *u.args()), True, 0, "", per))
+            elif counts[u.job_id] > 1:
+                out.append(self._result(["scontrol", *u.args()]))
+            else:
+                out.append(CommandResult(("scontrol", *u.args()), False, proc.returncode, "; ".join(errors[u.job_id]), per))
+        return out
+
+    def create_reservation(self, name: str, nodes: Sequence[str], users: Sequence[str],
+                           minutes: int, ignore_jobs: bool) -> CommandResult:
+        argv = ["scontrol", "create", "reservation", f"ReservationName={check_name(name, 'reservation')}",
+                f"Nodes={node_list(nodes)}", f"Users={','.join(check_name(u, 'user') for u in users)}",
+                "StartTime=now", f"Duration={max(1, int(minutes))}"]
+        if ignore_jobs:
+            argv.append("Flags=IGNORE_JOBS")
+        return self._result(argv)
+
+    def update_reservation(self, name: str, **fields: str) -> CommandResult:
+        allowed = {"Nodes", "Users", "Duration", "EndTime", "Flags"}
+        args = []
+        for key, value in fields.items():
+            if key not in allowed:
+                raise ValueError(f"refusing to update reservation field {key!r}")
+            if key == "Nodes":
+                value = node_list(value.split(","))
+            elif key == "Users":
+                value = ",".join(check_name(u, "user") for u in value.split(","))
+            elif key == "Flags":
+                if not re.fullmatch(r"[-+]?[A-Z_]+(,[-+]?[A-Z_]+)*", value):
+                    raise ValueError(f"bad reservation flags {value!r}")
+            elif key == "Duration" and not str(value).isdigit():
+                raise ValueError(f"Duration must be whole minutes, got {value!r}")
+            elif key == "EndTime" and not re.fullmatch(r"now(\+[0-9]{1,6})?|[0-9T:-]{10,19}", str(value)):
+                raise ValueError(f"EndTime must be 'now', 'now+SECONDS' or YYYY-MM-DDTHH:MM:SS, got {value!r}")
+            args.append(f"{key}={value}")
+        return self._result(["scontrol", "update", f"ReservationName={check_name(name, 'reservation')}", *args])
+
+    def delete_reservation(self, name: str) -> CommandResult:
+        return self._result(["scontrol", "delete", f"ReservationName={check_name(name, 'reservation')}"])
+
+    def hold(self, job_ids: Sequence[str]) -> CommandResult:
+        return self._result(["scontrol", "hold", ",".join(check_job_id(j) for j in job_ids)])
+
+    def release(self, job_ids: Sequence[str]) -> CommandResult:
+        return self._result(["scontrol", "release", ",".join(check_job_id(j) for j in job_ids)])

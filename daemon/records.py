@@ -1,0 +1,297 @@
+"""The typed records every layer above the backends speaks: ``SlurmJob``, ``SlurmNode``,
+``SlurmReservation``, ``Snapshot``, the version, the job update and command result, the
+errors, and the checks that keep hostile names out of commands.
+
+The parsers (``slurm_json``, ``scontrol_text``) build these records and the backends
+(``cli_backend``, ``pyslurm_backend``, ``testing``) return them, so nothing above them
+sees Slurm's JSON or text, and every difference between Slurm versions stays in the
+parsers. Values that reach Slurm (job ids, node names, reservation and user names) are
+checked against strict patterns first: a hostile job name can never become part of a
+command.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+
+class SlurmError(Exception):
+    """Anything that went wrong talking to Slurm."""
+
+
+class SlurmParseError(SlurmError):
+    """Slurm's output could not be understood (malformed, truncated, unexpected version)."""
+
+    def __init__(self, source: str, message: str) -> None:
+        self.source = source
+        self.detail = message
+        super().__init__(f"{source}: {message}")
+
+
+class SlurmCommandError(SlurmError):
+    """A Slurm command failed: carries its argv, exit status and stderr."""
+
+    def __init__(self, argv: Sequence[str], rc: int | None, stderr: str, stdout: str = "") -> None:
+        self.argv = list(argv)
+        self.rc = rc
+        self.stderr = stderr
+        self.stdout = stdout
+        what = "timed out" if rc is None else f"failed (exit {rc})"
+        err = " ".join(stderr.split())[:500] or "no error output"
+        super().__init__(f"{shlex.join(self.argv)} {what}: {err}")
+
+
+class SlurmUnavailable(SlurmError):
+    """Slurm's commands are missing or the controller cannot be reached."""
+
+
+# ---- what the daemon sees --------------------------------------------------------------------
+
+#: Base job states after which a job holds nothing any more.
+FINISHED_STATES = frozenset({
+    "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED",
+})
+#: States in which a job holds its allocation.
+ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"})
+
+#: Pending reasons under which a job cannot start whatever the daemon does: it is left out of
+#: the plan (and left alone) until the reason goes away.
+INELIGIBLE_REASONS = frozenset({
+    "Dependency", "DependencyNeverSatisfied", "BeginTime", "JobHeldUser", "JobHeldAdmin",
+    "PartitionDown", "PartitionInactive", "PartitionTimeLimit", "PartitionNodeLimit",
+    "PartitionConfig", "InvalidAccount", "InvalidQOS", "BadConstraints", "ReservationDeleted",
+    "FrontEndDown", "NodeDown", "Reservation",
+})
+_INELIGIBLE_PREFIXES = ("Assoc", "QOS", "MaxCpuPerAccount", "MaxGRESPerAccount", "MaxJobsPerAccount")
+
+#: Node state flags (or base states) that keep the daemon from planning on a node.
+UNUSABLE_NODE_STATES = frozenset({
+    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND",
+    "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_UP", "REBOOT_ISSUED",
+    "REBOOT_REQUESTED", "FUTURE", "UNKNOWN", "INVALID", "INVALID_REG", "MAINTENANCE",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmVersion:
+    major: int
+    minor: int
+    micro: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> SlurmVersion:
+        """``"22.05.8"``, ``"slurm 24.11.5"``, ``"slurm-wlm 22.05.8"`` -> version."""
+        m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+        if not m:
+            raise SlurmParseError("version", f"no Slurm version in {text.strip()[:80]!r}")
+        return cls(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor:02d}.{self.micro}"
+
+    @property
+    def tuple(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.micro)
+
+    @property
+    def has_scontrol_json(self) -> bool:
+        """``scontrol show ... --json`` exists from 23.02 on."""
+        return (self.major, self.minor) >= (23, 2)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as Slurm shows it, in every version's output alike.
+
+    ``gpus`` is the job's total; ``gpus_per_node`` is set (and ``per_node_fixed`` true) when
+    the job asked for GPUs per node (``--gres=gpu:N`` / ``--gpus-per-node``), which fixes its
+    shape to exactly that many on each of ``num_nodes`` nodes. Times are Unix seconds
+    (``None`` when unset); ``time_limit`` is in seconds (``None``: unlimited).
+    ``gpu_indices`` maps each allocated node to the GPU indices Slurm gave the job there.
+    """
+
+    job_id: str
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    state: str = "PENDING"
+    reason: str = ""
+    gpus: int = 0
+    gpus_per_node: int = 0
+    per_node_fixed: bool = False
+    num_nodes: int = 1
+    time_limit: float | None = None
+    submit_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    priority: int = 0
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    features: str = ""
+    nodes: tuple[str, ...] = ()
+    gpu_indices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    reservation: str = ""
+    held: bool = False
+    comment: str = ""
+    admin_comment: str = ""
+    array: bool = False  # a pending job array record (many tasks behind one id)
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    @property
+    def eligible(self) -> bool:
+        """Pending, not held, and not waiting on something the daemon cannot change."""
+        if not self.pending or self.held or self.array:
+            return False
+        reason = self.reason.split(",")[0].strip()
+        return reason not in INELIGIBLE_REASONS and not reason.startswith(_INELIGIBLE_PREFIXES)
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node: base state plus flags, GPUs configured and in use (with their indices)."""
+
+    name: str
+    state: str = "IDLE"
+    flags: tuple[str, ...] = ()
+    gpus: int = 0
+    gpu_type: str = ""
+    gpus_used: int = 0
+    used_indices: tuple[int, ...] = ()
+    features: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    reason: str = ""
+    alloc_cpus: int = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.state not in UNUSABLE_NODE_STATES and not UNUSABLE_NODE_STATES.intersection(self.flags)
+
+    @property
+    def busy(self) -> bool:
+        return self.gpus_used > 0 or self.alloc_cpus > 0 or self.state in ("ALLOCATED", "MIXED", "COMPLETING")
+
+
+@dataclass(frozen=True)
+class SlurmReservation:
+    name: str
+    nodes: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    start_time: float | None = None
+    end_time: float | None = None
+    partition: str = ""
+    state: str = ""  # ACTIVE / INACTIVE where Slurm says so (text output); "" otherwise
+
+    def active(self, now: float) -> bool:
+        if self.state:
+            return self.state.upper() == "ACTIVE"
+        start = self.start_time if self.start_time is not None else 0.0
+        end = self.end_time if self.end_time is not None else float("inf")
+        return start <= now < end
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one cycle reads from Slurm, taken at ``taken_at`` (Unix seconds)."""
+
+    version: SlurmVersion
+    taken_at: float
+    jobs: tuple[SlurmJob, ...]
+    nodes: tuple[SlurmNode, ...]
+    reservations: tuple[SlurmReservation, ...] = ()
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        return self.jobs_by_id.get(str(job_id))
+
+    @property
+    def jobs_by_id(self) -> dict[str, SlurmJob]:
+        cached = self.__dict__.get("_jobs_by_id")
+        if cached is None:
+            cached = {j.job_id: j for j in self.jobs}
+            object.__setattr__(self, "_jobs_by_id", cached)
+        return cached
+
+    @property
+    def nodes_by_name(self) -> dict[str, SlurmNode]:
+        return {n.name: n for n in self.nodes}
+
+
+# ---- actions ---------------------------------------------------------------------------------
+
+_JOB_ID = re.compile(r"[0-9]{1,12}")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_UPDATABLE = {"Priority", "ReqNodeList", "ReservationName", "ExcNodeList", "AdminComment"}
+
+
+def check_job_id(job_id: str | int) -> str:
+    text = str(job_id)
+    if not _JOB_ID.fullmatch(text):
+        raise ValueError(f"refusing job id {text!r}: not a plain Slurm job id")
+    return text
+
+
+def check_name(value: str, what: str) -> str:
+    """A node, user or reservation name that may go into a Slurm command."""
+    if not _SAFE_NAME.fullmatch(value):
+        raise ValueError(f"refusing {what} {value!r}: only letters, digits, '.', '_' and '-' may reach Slurm")
+    return value
+
+
+def node_list(nodes: Iterable[str]) -> str:
+    """Comma-separated node names (checked); "" clears a node list."""
+    return ",".join(check_name(n, "node name") for n in nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class JobUpdate:
+    """``scontrol update JobId=<id> Key=Value ...``; an empty value clears the field."""
+
+    job_id: str
+    fields: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        check_job_id(self.job_id)
+        for key, value in self.fields:
+            if key not in _UPDATABLE:
+                raise ValueError(f"refusing to update job field {key!r}")
+            if value and key == "Priority" and not value.isdigit():
+                raise ValueError(f"priority must be a whole number, got {value!r}")
+            if value and key in ("ReqNodeList", "ExcNodeList"):
+                node_list(value.split(","))
+            if value and key in ("ReservationName", "AdminComment"):
+                check_name(value, key)
+
+    def args(self) -> list[str]:
+        return ["update", f"JobId={self.job_id}", *(f"{k}={v}" for k, v in self.fields)]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What one Slurm action returned."""
+
+    argv: tuple[str, ...]
+    ok: bool
+    rc: int | None = 0
+    stderr: str = ""
+    seconds: float = 0.0
+
+    @property
+    def error(self) -> str:
+        return "" if self.ok else (" ".join(self.stderr.split())[:300] or f"exit {self.rc}")

@@ -1,0 +1,104 @@
+"""Every setting of a training run in one typed dataclass, `PPOConfig`, and the curriculum
+stages it schedules (`Stage`). ``train_config`` reads the same fields from a TOML file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from attentived.agents.features import DEFAULT_WINDOW, MAX_CANDIDATES
+from attentived.agents.mlp import MlpConfig
+from attentived.agents.networks import NetConfig
+
+from .reward import RewardWeights
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A curriculum stage, in force from ``start`` (fraction of ``total_steps``) on."""
+
+    start: float
+    nodes: tuple[int, ...]
+    jobs: tuple[int, int]
+    load: tuple[float, float]
+
+
+DEFAULT_CURRICULUM = (
+    Stage(0.0, nodes=(2, 4), jobs=(150, 400), load=(0.8, 1.4)),
+    Stage(0.3, nodes=(4, 8), jobs=(300, 800), load=(0.8, 1.5)),
+    Stage(0.6, nodes=(8, 16, 32), jobs=(500, 1500), load=(0.9, 1.5)),
+)
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Every hyper-parameter of a training run."""
+
+    # run
+    agent: str = "attentive"  # which network and environment (training.kinds): attentive, deeprm, proximity-drl
+    seed: int = 1
+    out_dir: str = "runs/attentive"
+    total_steps: int = 200_000
+    time_budget_s: float | None = None  # stop early (saving everything) after this wall time
+    device: str = "auto"  # "auto": CUDA when present, else CPU
+    torch_threads: int = 1  # intra-op threads; small batches are fastest on one
+    # environments and data
+    num_envs: int = 8
+    window: int = DEFAULT_WINDOW
+    max_candidates: int = MAX_CANDIDATES
+    max_nodes: int = 32  # node padding of the observation; >= the largest curriculum cluster
+    max_gpus: int = 128  # proximity-drl: GPU slots of its fixed-size input
+    order: str = "fifo"  # proximity-drl: the heuristic job order it places for
+    train_trace: str = "philly"  # a bundled sample name or a trace file
+    train_days: tuple[float, float] = (0.0, 30.0)
+    tiresias_share: float = 0.1  # fraction of episodes drawn from the Tiresias job list
+    curriculum: tuple[Stage, ...] = DEFAULT_CURRICULUM
+    reward: RewardWeights = field(default_factory=RewardWeights)
+    # model
+    net: NetConfig = field(default_factory=NetConfig)  # attentive
+    mlp: MlpConfig = field(default_factory=MlpConfig)  # deeprm, proximity-drl
+    # PPO
+    num_steps: int = 128  # per environment per rollout
+    learning_rate: float = 3e-4
+    anneal_lr: bool = True
+    gamma: float = 0.999  # decisions are seconds apart; their effects last hours
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = 0.05
+    # teacher-guided start: a behaviour-cloning term toward `teacher_action`, annealed away
+    bc_coef: float = 1.0
+    bc_until: float = 0.5  # fraction of training over which the coefficient falls to bc_floor
+    bc_floor: float = 0.2  # kept for the rest of training: a leash, not a target
+    # validation and checkpoints
+    val_days: tuple[float, float] = (30.0, 40.0)
+    val_episodes: int = 3
+    val_jobs: int = 600
+    val_nodes: int = 8
+    val_every: int = 15  # updates
+    checkpoint_every: int = 10  # updates
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return max(1, self.total_steps // self.batch_size)
+
+    def stage(self, global_step: int) -> Stage:
+        frac = global_step / max(self.total_steps, 1)
+        return [s for s in self.curriculum if s.start <= frac][-1]
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))
