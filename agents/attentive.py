@@ -159,6 +159,7 @@ class AttentivePolicy(TwoPhasePolicy):
 
 def _attention(enc: JobEncoding, view: JobView, slot: int, names: list, k: int) -> tuple[tuple[str, float], ...]:
     """The last layer's attention from job ``slot`` to the other jobs, strongest first."""
+    assert enc.attention is not None  # encoded with attention weights for explain
     offset = enc.attention.shape[-1] - len(view.valid)  # summary tokens and WAIT come first
     row = enc.attention[0, offset + slot, offset:].numpy()
     others = [s for s in np.flatnonzero(view.valid) if s != slot]

@@ -41,7 +41,10 @@ class CheckpointError(ValueError):
     """A model file that cannot be used here; the message says why and what to do."""
 
 
-NETS: dict[str, type[nn.Module]] = {cls.kind: cls for cls in (AttentiveNet, DeepRMNet, ProximityNet)}
+Net = AttentiveNet | DeepRMNet | ProximityNet
+"""The networks a model file can hold."""
+
+NETS: dict[str, type[Net]] = {cls.kind: cls for cls in (AttentiveNet, DeepRMNet, ProximityNet)}
 """Network classes by the ``agent`` name a model file records."""
 
 
@@ -52,14 +55,14 @@ def feature_dims(agent: str = "attentive") -> dict[str, int]:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    net: nn.Module  # AttentiveNet, DeepRMNet or ProximityNet, as ``agent`` says
+    net: Net  # as ``agent`` says
     window: int
     max_candidates: int
     meta: dict[str, Any]
     agent: str = "attentive"
 
 
-def _payload(net: nn.Module, window: int, max_candidates: int, meta: dict[str, Any]) -> dict[str, Any]:
+def _payload(net: Net, window: int, max_candidates: int, meta: dict[str, Any]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -73,7 +76,7 @@ def _payload(net: nn.Module, window: int, max_candidates: int, meta: dict[str, A
     }
 
 
-def save_model(path: str | os.PathLike[str], net: nn.Module, *, window: int, max_candidates: int, meta: dict[str, Any]) -> Path:
+def save_model(path: str | os.PathLike[str], net: Net, *, window: int, max_candidates: int, meta: dict[str, Any]) -> Path:
     """Write an inference model (weights and checks, no optimizer). ``meta`` must hold only
     plain values (str, int, float, bool, None, lists and dicts of them)."""
     path = Path(path)
@@ -86,7 +89,7 @@ def save_model(path: str | os.PathLike[str], net: nn.Module, *, window: int, max
 
 def save_training(
     path: str | os.PathLike[str],
-    net: nn.Module,
+    net: Net,
     optimizer: torch.optim.Optimizer,
     *,
     window: int,
@@ -147,7 +150,7 @@ def _get(obj: Any, key: str) -> Any:
 _MAX_SIZE = 65_536  # no layer of a model attentived trains comes near this
 
 
-def _build(path: str | os.PathLike[str], payload: dict[str, Any]) -> nn.Module:
+def _build(path: str | os.PathLike[str], payload: dict[str, Any]) -> Net:
     spec = payload["net"]
     if not isinstance(spec, dict) or not all(
         isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _MAX_SIZE) for v in spec.values()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, overload
 
 import numpy as np
 from attentived.topology import Link, Topology
@@ -56,6 +56,10 @@ _NEVER = 30 * 86_400.0  # "time until free" of a GPU on a node that is down or d
 _HORIZONS = (900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86_400.0)
 
 
+@overload
+def log_time(seconds: float) -> float: ...
+@overload
+def log_time(seconds: np.ndarray) -> np.ndarray: ...
 def log_time(seconds: float | np.ndarray) -> np.ndarray | float:
     """Seconds to the agents' time scale: ``log1p(s / 60) / 10`` (1 min 0.07, 1 day 0.73)."""
     return np.log1p(np.maximum(seconds, 0.0) / 60.0) / 10.0
@@ -170,7 +174,7 @@ class FeatureEncoder:
     def profile_name(self, job: PendingJob, topo: Topology) -> str:
         """The speed profile of ``job``: its declared model, else the median-ratio stand-in."""
         speed, default = self._speed_and_default(topo)
-        return job.model if job.model in speed.profiles else default
+        return job.model if job.model is not None and job.model in speed.profiles else default
 
     def comm_ratio(self, job: PendingJob, topo: Topology) -> float:
         """Communication sensitivity: seconds of all-reduce over the network per second of

@@ -30,15 +30,19 @@ from .attentive import AttentivePolicy
 from .catalog import ORDERS
 from .checkpoint import CheckpointError, LoadedModel, load_model
 from .deeprm import DeepRMPolicy
+from .mlp import DeepRMNet, ProximityNet
+from .networks import AttentiveNet
 from .policy import Policy, Scheduler
 from .proximity import ProximityPlacer
 
 
 def _attentive(model: LoadedModel, seed: int, threads: int | None) -> Policy:
+    assert isinstance(model.net, AttentiveNet)
     return AttentivePolicy(model.net, window=model.window, max_candidates=model.max_candidates, seed=seed, threads=threads)
 
 
 def _deeprm(model: LoadedModel, seed: int, threads: int | None) -> Policy:
+    assert isinstance(model.net, DeepRMNet)
     return DeepRMPolicy(model.net, seed=seed, threads=threads)
 
 
@@ -46,6 +50,7 @@ def _proximity(model: LoadedModel, seed: int, threads: int | None) -> Policy:
     if threads is not None:
         torch.set_num_threads(threads)
     net = model.net
+    assert isinstance(net, ProximityNet)
     return Scheduler(ORDERS[net.order](seed), ProximityPlacer(net, seed=seed), backfill=False, name="proximity-drl")
 
 

@@ -124,7 +124,7 @@ class SlowdownTable:
     def row(self, model: str | None, gpus: int) -> tuple[float, ...]:
         """Index k (1..) = slowdown on k nodes; index 0 unused. Single-node starts count as
         1.0 (the model does not follow NVLink islands)."""
-        name = model if model in self.speed.profiles else self.default_model
+        name = model if model is not None and model in self.speed.profiles else self.default_model
         key = (name, gpus)
         row = self._cache.get(key)
         if row is None:

@@ -41,11 +41,11 @@ def _take(topo: Topology, free: np.ndarray, island_free: np.ndarray, nodes: list
     raise AssertionError("caller checked capacity")
 
 
-def _shaped(job: PendingJob) -> int | None:
-    """GPUs per node when the job fixed its node count, else ``None``."""
+def _shaped(job: PendingJob) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) when the job fixed its node count, else ``None``."""
     if job.num_nodes is None:
         return None
-    return job.num_gpus // job.num_nodes
+    return job.num_nodes, job.num_gpus // job.num_nodes
 
 
 @dataclass
@@ -58,12 +58,13 @@ class FirstFit:
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
         island_free, node_free = free_counts(topo, free)
-        per = _shaped(job)
-        if per is not None:
+        shape = _shaped(job)
+        if shape is not None:
+            k, per = shape
             ok = np.flatnonzero(node_free >= per)
-            if len(ok) < job.num_nodes:
+            if len(ok) < k:
                 return None
-            nodes = [int(x) for x in ok[: job.num_nodes]]
+            nodes = [int(x) for x in ok[:k]]
             return _lowest(topo, free, nodes, per, job.num_gpus)
         whole = np.flatnonzero(node_free >= job.num_gpus)
         if len(whole):
@@ -96,9 +97,9 @@ class Consolidate:
         topo = state.topology
         n = job.num_gpus
         island_free, node_free = free_counts(topo, free)
-        per = _shaped(job)
-        if per is not None:
-            return _consolidate_shaped(topo, free, island_free, node_free, job.num_nodes, per)
+        shape = _shaped(job)
+        if shape is not None:
+            return _consolidate_shaped(topo, free, island_free, node_free, *shape)
         fits = np.flatnonzero(island_free >= n)
         if len(fits):
             best = int(fits[np.argmin(island_free[fits])])
@@ -149,11 +150,12 @@ class LoadBalance:
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
         island_free, node_free = free_counts(topo, free)
-        per = _shaped(job)
+        shape = _shaped(job)
         nodes = np.argsort(-node_free, kind="stable")
-        if per is not None:
-            nodes = nodes[node_free[nodes] >= per][: job.num_nodes]
-            if len(nodes) < job.num_nodes:
+        if shape is not None:
+            k, per = shape
+            nodes = nodes[node_free[nodes] >= per][:k]
+            if len(nodes) < k:
                 return None
             return _take(topo, free, island_free, [int(x) for x in nodes], per, job.num_gpus)
         if node_free.sum() < job.num_gpus:
@@ -174,14 +176,15 @@ class RandomPlacer:
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
-        per = _shaped(job)
-        if per is not None:
+        shape = _shaped(job)
+        if shape is not None:
+            k, per = shape
             _, node_free = free_counts(topo, free)
             ok = np.flatnonzero(node_free >= per)
-            if len(ok) < job.num_nodes:
+            if len(ok) < k:
                 return None
             out: list[int] = []
-            for ni in self._rng.choice(ok, size=job.num_nodes, replace=False):
+            for ni in self._rng.choice(ok, size=k, replace=False):
                 lo, hi = int(topo.node_first_gpu[ni]), int(topo.node_first_gpu[ni + 1])
                 cand = np.flatnonzero(free[lo:hi]) + lo
                 out.extend(int(x) for x in self._rng.choice(cand, size=per, replace=False))

@@ -9,9 +9,12 @@ cannot take GPUs the plan keeps for a blocked job.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import overload
 
-from .state import RowView
+import numpy as np
+
+from .state import PendingJob, RowView
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,22 +36,38 @@ class Hold:
     expected_start: float
 
 
-class OrderView(RowView):
-    """The job ids of a ranking, read on demand.
+class OrderView(Sequence[str]):
+    """The job ids of a ranking (``jobs[rows[i]].job_id``), read on demand.
 
     A replay never reads the order of thousands of pending jobs (only the starts), the
     daemon reads it once per cycle; materialising it at every decision would cost more
     than the decision.
     """
 
-    __slots__ = ()
+    __slots__ = ("_rows",)
 
-    def __getitem__(self, i):  # type: ignore[override]
-        got = super().__getitem__(i)
-        return tuple(j.job_id for j in got) if isinstance(i, slice) else got.job_id
+    def __init__(self, jobs: Sequence[PendingJob], rows: np.ndarray) -> None:
+        self._rows = RowView(jobs, rows)
 
-    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
-        return (j.job_id for j in super().__iter__())
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, i: int | slice) -> str | tuple[str, ...]:
+        if isinstance(i, slice):
+            return tuple(j.job_id for j in self._rows[i])
+        return self._rows[i].job_id
+
+    def __iter__(self) -> Iterator[str]:
+        return (j.job_id for j in self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"OrderView({tuple(self)!r})"

@@ -31,9 +31,12 @@ class JobChooser(Protocol):
     """Orders the pending queue. Sees only ``ClusterState`` (what Slurm shows live)."""
 
     name: str
-    needs_oracle: bool
-    """True only for the named oracle (true durations, an upper bound): the simulator then
-    fills ``PendingJob.oracle_duration``; the daemon never can."""
+
+    @property
+    def needs_oracle(self) -> bool:
+        """True only for the named oracle (true durations, an upper bound): the simulator
+        then fills ``PendingJob.oracle_duration``; the daemon never can."""
+        ...
 
     def rank(self, state: ClusterState) -> Ranking: ...
 
@@ -54,8 +57,11 @@ class Policy(Protocol):
     """What the drivers call: a snapshot in, a plan out."""
 
     name: str
-    needs_oracle: bool
-    """Whether it reads true durations (see `JobChooser.needs_oracle`)."""
+
+    @property
+    def needs_oracle(self) -> bool:
+        """Whether it reads true durations (see `JobChooser.needs_oracle`)."""
+        ...
 
     def decide(self, state: ClusterState) -> Plan: ...
 

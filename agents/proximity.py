@@ -96,6 +96,7 @@ class Observer:
         self._prepare(state)
         topo = state.topology
         n, G = topo.num_gpus, self.max_gpus
+        assert self._until is not None  # set by _prepare
         until = np.where(free, 0.0, np.where(state.free, _DAY, self._until))
         chosen = np.zeros(n, bool)
         chosen[picked] = True
@@ -122,6 +123,7 @@ class Observer:
         glob[6] = available.sum() / n
         glob[7] = math.log2(n) / 12.0
         q = state.queue
+        assert self._fifo is not None  # set by _prepare
         nxt = [int(i) for i in self._fifo[: self.window + 1] if state.pending[int(i)].job_id != job.job_id][: self.window]
         for s, i in enumerate(nxt):
             other = state.pending[i]

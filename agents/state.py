@@ -120,7 +120,7 @@ class QueueArrays:
     users: tuple[str, ...]
 
     @classmethod
-    def of(cls, pending: tuple[PendingJob, ...]) -> QueueArrays:
+    def of(cls, pending: Sequence[PendingJob]) -> QueueArrays:
         users = tuple(sorted({j.user for j in pending}))
         uidx = {u: i for i, u in enumerate(users)}
         by_arrival = sorted(range(len(pending)), key=lambda i: (pending[i].submit_time, pending[i].job_id))

@@ -148,7 +148,7 @@ def _started(state: ClusterState, index: int, gpus: tuple[int, ...]) -> ClusterS
         now=state.now,
         topology=state.topology,
         free=free,
-        pending=state.pending[:index] + state.pending[index + 1 :],
+        pending=(*state.pending[:index], *state.pending[index + 1 :]),
         running=state.running + (RunningJob(job.job_id, job.user, gpus, job.submit_time, state.now, job.time_limit),),
         users=state.users,
         queue_arrays=QueueArrays(q.seq[keep], q.submit[keep], q.gpus[keep], q.limit[keep],

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Sequence, TextIO, cast
 
 import structlog
-
-Processor = Callable[[Any, str, dict[str, Any]], dict[str, Any]]
+from structlog.typing import Processor
 
 
 class _Stderr:
@@ -51,6 +50,6 @@ def configure(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or _Stderr()),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or cast(TextIO, _Stderr())),
         cache_logger_on_first_use=False,
     )

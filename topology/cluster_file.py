@@ -139,7 +139,7 @@ def _from_nvidia_smi(table: dict[str, Any], source: str, key: str, base_dir: Pat
 
 def _from_groups(table: dict[str, Any], source: str, key: str) -> Node:
     """A node from ``gpus`` / ``islands`` / ``sockets``, defaults as in ``shape.uniform``."""
-    gpus = None
+    gpus: int | None = None
     if "gpus" in table:
         gpus = table["gpus"]
         if not _is_int(gpus) or not 1 <= gpus <= MAX_GPUS_PER_NODE:
@@ -152,6 +152,7 @@ def _from_groups(table: dict[str, Any], source: str, key: str) -> Node:
         islands = _groups(table["islands"], gpus, source, f"{key}.islands")
         gpus = sum(len(group) for group in islands)
     else:
+        assert gpus is not None  # without islands, gpus was required above
         islands = [list(group) for group in uniform(1, gpus).nodes[0].islands]
     sockets = _groups(table["sockets"], gpus, source, f"{key}.sockets") if "sockets" in table else islands
     return Node.from_groups("template", islands, sockets)
@@ -217,7 +218,7 @@ def _known_keys(table: dict[str, Any], allowed: tuple[str, ...], source: str, pr
 
 def _require(value: Any, kind: type, source: str, key: str) -> None:
     if not isinstance(value, kind):
-        what = {dict: "a table", list: "an array"}[kind]
+        what = {dict: "a table", list: "an array"}[kind]  # type: ignore[index]  # kind is dict or list
         raise TopologyParseError(source, f"must be {what}, got {value!r}", key=key)
 
 

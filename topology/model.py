@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -286,7 +287,7 @@ class Topology:
         ni = nodes.pop()
         return self._node_bottleneck(self.nodes[ni], [int(self.gpu_local[g]) for g in gpus])
 
-    def allreduce_seconds(self, gpus: tuple[int, ...] | list[int] | np.ndarray, gbytes: float) -> float:
+    def allreduce_seconds(self, gpus: Sequence[int] | np.ndarray, gbytes: float) -> float:
         """Time of one all-reduce of ``gbytes`` GB of gradients over ``gpus``.
 
         Hierarchical at every level, as NCCL's trees and rings behave: a ring of ``k``

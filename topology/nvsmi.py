@@ -147,7 +147,9 @@ def _read_rows(lines: list[str], header: _Header, source: str) -> dict[int, tupl
                 f"a second GPU header (first on line {header.line}); give one `nvidia-smi topo -m` output at a time",
                 line=number,
             )
-        gpu = int(_GPU.fullmatch(tokens[0]).group(1))
+        row = _GPU.fullmatch(tokens[0])
+        assert row is not None  # rows are chosen by this pattern
+        gpu = int(row.group(1))
         if gpu >= header.gpus:
             raise TopologyParseError(
                 source, f"row {tokens[0]} but the header only has GPU0..GPU{header.gpus - 1}", line=number

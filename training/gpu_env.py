@@ -134,6 +134,7 @@ class GpuByGpuEnv(gym.Env):
         (``state``, or the simulation's next decision points) the first job of the next
         decision that starts something. Returns the reward terms accrued on the way and
         whether the episode ended."""
+        assert self.sim is not None
         terms = RewardTerms()
         while True:
             if state is not None:
@@ -157,6 +158,7 @@ class GpuByGpuEnv(gym.Env):
                 return terms, True
 
     def _start(self, job: PendingJob, gpus: tuple[int, ...]) -> RewardTerms:
+        assert self.sim is not None
         self.sim.apply(Plan(order=self._order, starts=(Start(job.job_id, gpus),)))
         self._free[list(gpus)] = False
         s = self._by_id[job.job_id]

@@ -210,8 +210,9 @@ class SchedulingEnv(gym.Env):
                 "action_mask": spaces.MultiBinary(n_actions),
             }
         )
-        self.action_space = spaces.Discrete(n_actions)
+        self.action_space: spaces.Discrete = spaces.Discrete(n_actions)
         self.sim: Simulation | None = None
+        self.phase = 0
 
     # ---- gymnasium API ----
 
@@ -298,6 +299,7 @@ class SchedulingEnv(gym.Env):
         if self.phase == 0:
             mask[: self.window + 1] = self.jobs.action_mask
         else:
+            assert self._gpu is not None  # phase 1 has a GPU view
             mask[: self.max_candidates] = self._gpu.valid
         return mask
 
@@ -312,6 +314,7 @@ class SchedulingEnv(gym.Env):
         self._slot = 0
 
     def _advance(self, state: ClusterState | None) -> tuple[RewardTerms, bool]:
+        assert self.sim is not None
         terms = self.tracker.advance(self.sim.now, state)
         if state is None:
             self.phase = 0
@@ -330,6 +333,7 @@ class SchedulingEnv(gym.Env):
         share = np.zeros((K, N), np.float32)
         if self.phase == 1:
             g = self._gpu
+            assert g is not None  # phase 1 has a GPU view
             n = g.nodes.shape[0]
             nodes[:n], node_valid[:n], cands[:], share[:, :n] = g.nodes, 1, g.candidates, g.share
         return {

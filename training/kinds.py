@@ -23,10 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import gymnasium as gym
+from attentived.agents.checkpoint import Net
 from attentived.agents.mlp import DeepRMNet, ProximityNet
 from attentived.agents.networks import AttentiveNet
-from torch import nn
 
 from .config import PPOConfig, Stage
 from .gpu_env import GpuByGpuEnv
@@ -38,19 +37,19 @@ from .teacher import job_teacher_action, teacher_action
 class AgentKind:
     """One trainable agent (see the module docstring); `KINDS` names them."""
 
-    make_net: Callable[[PPOConfig], nn.Module]
-    make_env: Callable[[PPOConfig, EpisodeSampler], gym.Env]
+    make_net: Callable[[PPOConfig], Net]
+    make_env: Callable[[PPOConfig, EpisodeSampler], SchedulingEnv | GpuByGpuEnv]
     teacher: Callable[[Any], int]
     defaults: Callable[[], dict[str, Any]] = dict
     """`PPOConfig` fields this agent trains with unless the run's settings say otherwise."""
 
 
-def _two_phase_env(cfg: PPOConfig, episodes: EpisodeSampler) -> gym.Env:
+def _two_phase_env(cfg: PPOConfig, episodes: EpisodeSampler) -> SchedulingEnv:
     return SchedulingEnv(episodes, window=cfg.window, max_nodes=cfg.max_nodes, max_candidates=cfg.max_candidates,
                          reward=cfg.reward)
 
 
-def _gpu_env(cfg: PPOConfig, episodes: EpisodeSampler) -> gym.Env:
+def _gpu_env(cfg: PPOConfig, episodes: EpisodeSampler) -> GpuByGpuEnv:
     return GpuByGpuEnv(episodes, order=cfg.order, max_gpus=cfg.max_gpus, window=cfg.window, reward=cfg.reward)
 
 

@@ -9,6 +9,7 @@ environment; this module holds the plan and the two-phase environment's reading 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attentived.agents.order import estimated_runtime
 from attentived.agents.placement import Consolidate
@@ -23,6 +24,7 @@ class SmallestGpuTimeFirst:
     user's limit accuracy), FIFO on ties."""
 
     name: str = "smallest-gpu-time"
+    needs_oracle: ClassVar[bool] = False
 
     def rank(self, state: ClusterState) -> Ranking:
         key = [(j.num_gpus * estimated_runtime(j, state), j.submit_time, j.job_id) for j in state.pending]
