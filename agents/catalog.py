@@ -8,7 +8,7 @@ the learned policies look up the job order their model was trained with here too
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .annealing import Annealing
 from .genetic import Genetic

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from .mlp import DeepRMNet, ProximityNet
 from .networks import AttentiveNet

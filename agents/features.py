@@ -30,10 +30,12 @@ counts are fractions of the cluster or ``log2`` of sizes, so the same weights se
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, overload
+from typing import overload
 
 import numpy as np
+
 from attentived.topology import Link, Topology
 from attentived.topology.speed import SpeedModel
 

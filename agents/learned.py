@@ -20,9 +20,9 @@ Training (`attentived.training`) builds on this; nothing here knows how a model 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
-from typing import Callable
 
 import torch
 

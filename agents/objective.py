@@ -52,10 +52,11 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
+
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel
 

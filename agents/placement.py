@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from attentived.topology import Topology
 
 from .state import ClusterState, PendingJob

@@ -8,8 +8,8 @@ cannot take GPUs the plan keeps for a blocked job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import overload
 
 import numpy as np

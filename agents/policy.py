@@ -7,8 +7,9 @@ into a ``Policy`` whose ``decide(state) -> Plan`` is all the simulator and the d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from attentived.topology import Topology
 
 from .features import Context, FeatureEncoder, fits, log_time

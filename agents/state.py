@@ -9,12 +9,14 @@ A job's true duration is absent unless the run is an explicitly named oracle run
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Iterator, Mapping, Sequence, overload
+from typing import overload
 
 import numpy as np
+
 from attentived.topology import Topology
 
 

@@ -21,17 +21,16 @@ import io
 import json
 import math
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
-from attentived.agents.policy import Policy
-from attentived.topology import Topology
-from attentived.topology.speed import SpeedModel
 
 from attentived.atomic import write_folder
+from attentived.topology import Topology
+from attentived.topology.speed import SpeedModel
 
 from .engine import Simulation, prepare_jobs
 from .metrics import SUMMARY_KEYS, summarize
@@ -59,9 +58,10 @@ class CompareError(ValueError):
 
 def policy_names(requested: Sequence[str], topology: Topology | None = None,
                  warn: Callable[[str], None] | None = None) -> list[str]:
-    """Expand ``all`` (every registry preset and learned policy) and drop repeats, keeping the order given. With ``topology``, a policy from ``all`` that
-    cannot run there (a fixed-size network on a larger cluster) is dropped with a note to
-    ``warn``; one named explicitly is a `CompareError`."""
+    """Expand ``all`` (every registry preset and learned policy) and drop repeats, keeping
+    the order given. With ``topology``, a policy from ``all`` that cannot run there (a
+    fixed-size network on a larger cluster) is dropped with a note to ``warn``; one named
+    explicitly is a `CompareError`."""
     from attentived.agents.registry import ALL, UnknownPolicy, make_policy, runnable
 
     out: list[str] = []

@@ -13,11 +13,12 @@ import heapq
 import itertools
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
+
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
 from attentived.agents.state import (
@@ -117,7 +118,8 @@ class Simulation:
     """One replay of ``jobs`` on ``topology`` under ``policy``.
 
     ``run()`` replays it all. An outside decider (the Gymnasium environment) instead calls
-    ``reset()``, then alternates ``next_decision()`` and ``apply(plan)``. ``progress`` is called with the number of finished jobs after each completion batch.
+    ``reset()``, then alternates ``next_decision()`` and ``apply(plan)``. ``progress`` is
+    called with the number of finished jobs after each completion batch.
     """
 
     def __init__(

@@ -17,7 +17,7 @@ Definitions (times in seconds):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

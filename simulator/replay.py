@@ -6,8 +6,8 @@ from the seed), so differences in the table come from decisions alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from attentived.agents.policy import Policy
 from attentived.topology import Topology

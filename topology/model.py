@@ -7,10 +7,10 @@ human names (``node3:5``) are only for display and for Slurm.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
-from collections.abc import Sequence
 
 import numpy as np
 

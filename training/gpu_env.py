@@ -29,6 +29,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
+
 from attentived.agents.placement import Consolidate
 from attentived.agents.plan import Plan, Start
 from attentived.agents.policy import Scheduler
@@ -44,7 +46,6 @@ from attentived.agents.state import ClusterState, PendingJob
 from attentived.simulator.engine import Simulation
 from attentived.simulator.metrics import summarize
 from attentived.training.reward import RewardTerms, RewardTracker, RewardWeights
-from gymnasium import spaces
 
 from .gym_env import EpisodeSampler
 

@@ -52,11 +52,14 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
+
 from attentived.agents.features import (
     CANDIDATE_FEATURES,
     DEFAULT_WINDOW,
@@ -79,7 +82,6 @@ from attentived.simulator.samples import sample_path
 from attentived.simulator.trace import Trace, TraceJob, load_trace
 from attentived.topology import Topology, uniform
 from attentived.training.reward import RewardTerms, RewardTracker, RewardWeights
-from gymnasium import spaces
 
 DAY = 86_400.0
 _BOUND = 100.0  # features are O(1) by construction (see attentived.agents.features)

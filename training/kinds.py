@@ -20,8 +20,9 @@ proximity-drl     `ProximityNet` (MLP over   `GpuByGpuEnv` (FIFO order,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from attentived.agents.checkpoint import Net
 from attentived.agents.mlp import DeepRMNet, ProximityNet

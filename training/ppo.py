@@ -48,12 +48,15 @@ import csv
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
 from attentived.agents.checkpoint import (
     LoadedModel,
     load_training,
@@ -69,13 +72,11 @@ from attentived.simulator.replay import replay
 from attentived.simulator.samples import sample_path
 from attentived.simulator.trace import Trace, load_trace
 from attentived.topology import Topology
-from torch import nn
 
 from .config import PPOConfig, Stage
 from .gym_env import Episode, Mixture, TraceWindows
 from .kinds import KINDS, kind_defaults
 from .reward import RewardWeights
-from .teacher import TEACHER, teacher_action
 
 # ---- data ----
 

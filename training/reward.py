@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
+
 from attentived.agents.state import ClusterState
 from attentived.simulator.engine import SimJob
 from attentived.simulator.metrics import jain

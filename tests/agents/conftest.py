@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from attentived.agents.state import ClusterState, PendingJob, RunningJob, UserStats
 from attentived.topology import uniform
 

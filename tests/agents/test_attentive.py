@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from attentived.agents.attentive import AttentivePolicy
 from attentived.agents.learned import default_model_path, load_learned
 from attentived.agents.networks import AttentiveNet, JobEncoding, NetConfig

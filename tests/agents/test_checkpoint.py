@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from attentived.agents import checkpoint as ckpt
 from attentived.agents.attentive import AttentivePolicy
 from attentived.agents.checkpoint import (

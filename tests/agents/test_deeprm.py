@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import torch
+from hypothesis import HealthCheck, given, settings
+
 from attentived.agents.deeprm import DeepRMPolicy
 from attentived.agents.mlp import DeepRMNet, MlpConfig
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Policy
-from hypothesis import HealthCheck, given, settings
 
 from .conftest import RunningJob, job, make_state
 from .test_metaheuristic import check_plan, states

@@ -3,6 +3,9 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from attentived.agents.features import (
     CANDIDATE_FEATURES,
     GENERATORS,
@@ -17,8 +20,6 @@ from attentived.agents.features import (
 )
 from attentived.agents.state import PendingJob
 from attentived.topology import uniform
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from .conftest import RunningJob, UserStats, job, make_state
 

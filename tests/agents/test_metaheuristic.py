@@ -8,6 +8,9 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from attentived.agents.annealing import Annealing
 from attentived.agents.genetic import Genetic, _ox
 from attentived.agents.metaheuristic import Portfolio
@@ -16,8 +19,6 @@ from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
 from attentived.agents.state import PendingJob, RunningJob, UserStats
 from attentived.topology import uniform
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from .conftest import job, make_state
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from attentived.agents.mlp import DeepRMNet, MlpConfig, ProximityNet
 from attentived.agents.proximity import GLOBAL_FEATURES, GPU_FEATURES
 from attentived.topology import uniform

@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from attentived.agents.features import (
     CANDIDATE_FEATURES,
     JOB_FEATURES,

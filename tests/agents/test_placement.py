@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import numpy as np
-from attentived.agents.placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
-from attentived.topology import uniform
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from attentived.agents.placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
+from attentived.topology import uniform
 
 from .conftest import job, make_state
 

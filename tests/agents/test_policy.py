@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from attentived.agents.order import Fifo
 from attentived.agents.placement import Consolidate, FirstFit
 from attentived.agents.policy import Scheduler

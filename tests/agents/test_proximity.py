@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+
 from attentived.agents.mlp import MlpConfig, ProximityNet
 from attentived.agents.order import Fifo
 from attentived.agents.placement import Consolidate
@@ -17,7 +19,6 @@ from attentived.agents.proximity import (
     teacher_gpu,
 )
 from attentived.topology import uniform
-from hypothesis import HealthCheck, given, settings
 
 from .conftest import RunningJob, job, make_state
 from .test_metaheuristic import check_plan, states

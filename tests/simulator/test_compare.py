@@ -6,12 +6,12 @@ import json
 import math
 
 import pytest
-from attentived.simulator import compare as cmp
-from attentived.simulator.samples import sample_path
-from attentived.topology import uniform
 from typer.testing import CliRunner
 
 from attentived.cli import app
+from attentived.simulator import compare as cmp
+from attentived.simulator.samples import sample_path
+from attentived.topology import uniform
 
 POLICIES = ["fifo", "sjf+consolidate", "fifo+random", "genetic"]
 
@@ -71,7 +71,7 @@ def test_json_shape(tiny):
     for policy in ("fifo", "genetic"):
         per = doc["results"]["tiresias-40"][policy]
         assert set(per) == set(cmp.METRICS)
-        for m, s in per.items():
+        for _m, s in per.items():
             assert set(s) == {"mean", "ci95", "n", "values"} and s["n"] == 2 and len(s["values"]) == 2
             assert s["mean"] == pytest.approx(sum(s["values"]) / 2)
     for r in doc["runs"]:

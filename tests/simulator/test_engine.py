@@ -3,13 +3,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from attentived.agents.registry import ALL, make_policy
 from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import TraceJob
 from attentived.topology import uniform
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 
 def tj(job_id, submit, duration, gpus=1, user="alice", model=None):
@@ -88,7 +89,7 @@ def _check_schedule(records, jobs, topo):
             by_gpu[g].append((r.start_time, r.end_time))
     for spans in by_gpu.values():  # no GPU serves two jobs at once
         spans.sort()
-        for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+        for (_s1, e1), (s2, _e2) in zip(spans, spans[1:]):
             assert s2 >= e1 - 1e-9
 
 

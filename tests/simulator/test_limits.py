@@ -8,6 +8,9 @@ import statistics
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from attentived.simulator.limits import (
     LIMIT_MENU,
     MEDIAN_FACTOR,
@@ -16,8 +19,6 @@ from attentived.simulator.limits import (
     time_limits,
 )
 from attentived.simulator.trace import TraceJob
-from hypothesis import given
-from hypothesis import strategies as st
 
 DAY = 86400.0
 

@@ -13,6 +13,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+
 from attentived.topology import uniform
 from attentived.topology.speed import (
     POLLUX_TESTBED_BANDWIDTHS,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from attentived.simulator.synthetic import GPU_MIX, generate, write_trace
 from attentived.simulator.trace import load_trace
 

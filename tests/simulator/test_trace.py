@@ -9,6 +9,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from attentived.simulator.samples import SAMPLES, sample_path
 from attentived.simulator.trace import (
     FORMATS,
@@ -19,8 +22,6 @@ from attentived.simulator.trace import (
     load_trace,
     parse_duration,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

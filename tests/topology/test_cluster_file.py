@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from attentived.topology import (
     Link,
     TopologyParseError,
@@ -12,8 +15,6 @@ from attentived.topology import (
     parse_cluster_file,
     uniform,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from attentived.topology.hostlist import MAX_HOSTS, compress, expand, natural_key
 from hypothesis import given
 from hypothesis import strategies as st
+
+from attentived.topology.hostlist import MAX_HOSTS, compress, expand, natural_key
 
 
 def test_expand_brief_example() -> None:

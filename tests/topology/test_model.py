@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from attentived.topology import Bandwidths, Link, Node, Topology, uniform
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from attentived.topology import (
     Link,
     Topology,
     TopologyParseError,
     parse_nvidia_smi_topo,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from attentived.topology import (
     Bandwidths,
     Link,
@@ -14,8 +17,6 @@ from attentived.topology import (
     topology_from_slurm,
     uniform,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LAB_GRES = (FIXTURES / "lab_gres.conf").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from attentived.agents.order import Fifo
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler

@@ -4,6 +4,10 @@ import warnings
 
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from attentived.simulator.engine import SimJob, prepare_jobs
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import Trace, TraceJob
@@ -17,9 +21,6 @@ from attentived.training.gym_env import (
     _at_load,
 )
 from attentived.training.reward import RewardWeights
-from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 
 def tj(i, submit, duration, gpus=1, user="alice", model=None):

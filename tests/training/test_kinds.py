@@ -4,6 +4,7 @@ feasibly (the engine checks every start) and identically twice."""
 from __future__ import annotations
 
 import pytest
+
 from attentived.agents.checkpoint import load_model
 from attentived.agents.learned import default_model_path, load_learned
 from attentived.simulator.engine import Simulation, prepare_jobs

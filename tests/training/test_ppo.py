@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from attentived.agents.order import estimated_runtime
 from attentived.agents.registry import make_policy
 from attentived.simulator.engine import Simulation, prepare_jobs

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from attentived.training.config import PPOConfig
 from attentived.training.reward import RewardWeights
 from attentived.training.train_config import (
