@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from attentived.ops.demo import RUN_NAMES, RUN_TITLES, DemoResult
+from attentived.ops.demo.runs import RUN_NAMES, RUN_TITLES, DemoResult
 
 #: (label, summary key, format, lower is better)
 ROWS: tuple[tuple[str, str, str, bool | None], ...] = (

@@ -12,11 +12,36 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from attentived.ops import demo as dm
+from attentived.ops.demo.jobscript import job_script, parse_job_output
+from attentived.ops.demo.measure import Allocations, _alloc_from_output, extra_metrics, measure, predict, summary_of
+from attentived.ops.demo.runs import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_UNSUPPORTED,
+    FALLBACK_POLICY,
+    RUN_TITLES,
+    Demo,
+    DemoError,
+    DemoOptions,
+    DemoResult,
+    RunResult,
+    check_policy,
+    default_policy,
+    run_demo,
+)
+from attentived.ops.demo.workload import (
+    DEMO_USERS,
+    JOB_PREFIX,
+    Workload,
+    build_workload,
+    demo_topology,
+    placement_signature,
+    slowdown_table,
+)
 from attentived.simulator.metrics import summarize
 from attentived.topology.speed import SpeedModel
 
-TOPO = dm.demo_topology()
+TOPO = demo_topology()
 SPEED = SpeedModel(TOPO)
 
 
@@ -24,16 +49,16 @@ SPEED = SpeedModel(TOPO)
 
 
 @pytest.fixture(scope="module")
-def workload() -> dm.Workload:
-    return dm.build_workload(40, 3, None, 0)
+def workload() -> Workload:
+    return build_workload(40, 3, None, 0)
 
 
 def test_workload_shape(workload):
     jobs = workload.jobs
     assert len(jobs) == 40
-    assert {j.user for j in jobs} <= set(dm.DEMO_USERS)
+    assert {j.user for j in jobs} <= set(DEMO_USERS)
     assert [j.index for j in jobs] == list(range(40))
-    assert len({j.name for j in jobs}) == 40 and all(j.name.startswith(dm.JOB_PREFIX) for j in jobs)
+    assert len({j.name for j in jobs}) == 40 and all(j.name.startswith(JOB_PREFIX) for j in jobs)
     submits = [j.submit for j in jobs]
     assert submits[0] == 0 and submits == sorted(submits)
     for j in jobs:
@@ -51,23 +76,23 @@ def test_workload_shape(workload):
 
 
 def test_workload_is_deterministic_and_seeded(workload):
-    again = dm.build_workload(40, 3, None, 0)
+    again = build_workload(40, 3, None, 0)
     assert again == workload
-    other = dm.build_workload(40, 3, None, 1)
+    other = build_workload(40, 3, None, 1)
     assert [j.trace_id for j in other.jobs] != [j.trace_id for j in workload.jobs]
 
 
 def test_workload_users_and_time_scale():
-    one = dm.build_workload(12, 1, None, 3)
+    one = build_workload(12, 1, None, 3)
     assert {j.user for j in one.jobs} == {"alice"}
-    two = dm.build_workload(12, 2, None, 3)
+    two = build_workload(12, 2, None, 3)
     assert {j.user for j in two.jobs} <= {"alice", "bob"}
     # the busiest tenant goes to alice
     tenants = [j.tenant for j in two.jobs]
     busiest = min(set(tenants), key=lambda t: (-tenants.count(t), t))
     assert all(j.user == "alice" for j in two.jobs if j.tenant == busiest)
-    slow = dm.build_workload(12, 3, 100.0, 3)
-    fast = dm.build_workload(12, 3, 200.0, 3)
+    slow = build_workload(12, 3, 100.0, 3)
+    fast = build_workload(12, 3, 200.0, 3)
     assert [j.trace_id for j in slow.jobs] == [j.trace_id for j in fast.jobs]
     for a, b in zip(slow.jobs, fast.jobs):
         if 8.0 < a.duration < 40.0:  # neither clipped
@@ -87,7 +112,7 @@ def test_workload_users_and_time_scale():
 )
 def test_workload_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        dm.build_workload(**kwargs)
+        build_workload(**kwargs)
 
 
 def test_sim_jobs_match_the_workload(workload):
@@ -114,25 +139,25 @@ def _random_placement(rng, gpus: int, nodes: int) -> list[int]:
 @pytest.mark.parametrize("model", ["bert", "cifar10", "yolov3", "imagenet", "deepspeech2"])
 @pytest.mark.parametrize("gpus, nodes", [(2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (12, 2), (16, 2), (4, 2)])
 def test_slowdown_table_prices_every_placement(model, gpus, nodes):
-    table = dm.slowdown_table(TOPO, SPEED, model, gpus, nodes)
+    table = slowdown_table(TOPO, SPEED, model, gpus, nodes)
     rng = np.random.default_rng(gpus * 100 + nodes)
     for _ in range(60):
         placement = _random_placement(rng, gpus, nodes)
-        sig = dm.placement_signature(TOPO, placement)
+        sig = placement_signature(TOPO, placement)
         assert sig in table, (sig, sorted(table))
         assert table[sig] == pytest.approx(SPEED.slowdown(model, placement), abs=1e-4)
 
 
 def test_signatures():
     g = TOPO.gpu_id
-    assert dm.placement_signature(TOPO, [g("node1", 0), g("node1", 1)]) == "1:2+0"
-    assert dm.placement_signature(TOPO, [g("node2", 3), g("node2", 4)]) == "1:1+1"
-    assert dm.placement_signature(TOPO, [g("node1", i) for i in range(6)]) == "1:4+2"
+    assert placement_signature(TOPO, [g("node1", 0), g("node1", 1)]) == "1:2+0"
+    assert placement_signature(TOPO, [g("node2", 3), g("node2", 4)]) == "1:1+1"
+    assert placement_signature(TOPO, [g("node1", i) for i in range(6)]) == "1:4+2"
     both = [g(n, i) for n in ("node1", "node3") for i in range(8)]
-    assert dm.placement_signature(TOPO, both) == "2:4+4,4+4"
+    assert placement_signature(TOPO, both) == "2:4+4,4+4"
     same = [g(n, i) for n in ("node3", "node4") for i in range(8)]
-    assert dm.placement_signature(TOPO, same) == "1:4+4,4+4"
-    assert dm.slowdown_table(TOPO, SPEED, "bert", 2, 1)["1:2+0"] == 1.0
+    assert placement_signature(TOPO, same) == "1:4+4,4+4"
+    assert slowdown_table(TOPO, SPEED, "bert", 2, 1)["1:2+0"] == 1.0
 
 
 # ---- the job script, with a stand-in scontrol ------------------------------------------------------
@@ -174,29 +199,29 @@ def _run_job_script(tmp_path: Path, show_job: str, table: str, env: dict[str, st
         """))
     fake.chmod(0o755)
     script = tmp_path / "job.sh"
-    script.write_text(dm.job_script(TOPO))
+    script.write_text(job_script(TOPO))
     full_env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "3", **(env or {})}
     out = subprocess.run(["bash", str(script), "0", table], env=full_env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    return dm.parse_job_output(out.stdout)
+    return parse_job_output(out.stdout)
 
 
 def test_job_script_reads_scontrol(tmp_path):
     g = TOPO.gpu_id
     twelve = [g("node1", i) for i in range(2, 8)] + [g("node2", i) for i in range(6)]
-    table = dm.slowdown_table(TOPO, SPEED, "bert", 12, 2)
+    table = slowdown_table(TOPO, SPEED, "bert", 12, 2)
     info = _run_job_script(tmp_path, SHOW_JOB_12, " ".join(f"{k}={v:g}" for k, v in table.items()))
-    assert info["sig"] == dm.placement_signature(TOPO, twelve) == "1:4+2,4+2"
+    assert info["sig"] == placement_signature(TOPO, twelve) == "1:4+2,4+2"
     assert info["known"] and info["done"] and info["source"] == "scontrol"
     assert info["slowdown"] == pytest.approx(SPEED.slowdown("bert", twelve), abs=1e-4)
-    assert dm._alloc_from_output(info) == {"node1": (2, 3, 4, 5, 6, 7), "node2": (0, 1, 2, 3, 4, 5)}
+    assert _alloc_from_output(info) == {"node1": (2, 3, 4, 5, 6, 7), "node2": (0, 1, 2, 3, 4, 5)}
 
     info = _run_job_script(tmp_path, SHOW_JOB_16, "1:4+4,4+4=1.1 2:4+4,4+4=1.3")
     assert info["sig"] == "1:4+4,4+4" and info["slowdown"] == 1.1
 
     three = [g("node2", 3), g("node2", 4), g("node2", 6)]
     info = _run_job_script(tmp_path, SHOW_JOB_3, "1:3+0=1 1:2+1=1.5")
-    assert info["sig"] == dm.placement_signature(TOPO, three) == "1:2+1"
+    assert info["sig"] == placement_signature(TOPO, three) == "1:2+1"
     assert info["slowdown"] == 1.5
 
 
@@ -212,7 +237,7 @@ def test_job_script_falls_back_to_the_environment(tmp_path):
 # ---- measuring from Slurm's records ------------------------------------------------------------------
 
 
-def _squeue_doc(workload: dm.Workload, t0: int, *, v24: bool = False, shift: float = 1.0) -> tuple[str, dict]:
+def _squeue_doc(workload: Workload, t0: int, *, v24: bool = False, shift: float = 1.0) -> tuple[str, dict]:
     """A ``squeue --json -t all`` document as Slurm 22.05 (or 24.11) prints it once every job of
     ``workload`` ran on the lowest free GPUs, each ``shift`` s late, plus root's warm-up job."""
     def num(v):
@@ -243,12 +268,12 @@ def _squeue_doc(workload: dm.Workload, t0: int, *, v24: bool = False, shift: flo
 
 @pytest.mark.parametrize("v24", [False, True])
 def test_measure_builds_records_from_slurm(v24):
-    w = dm.build_workload(10, 3, None, 2)
+    w = build_workload(10, 3, None, 2)
     t0 = 1_800_000_000
     raw, idx = _squeue_doc(w, t0, v24=v24)
-    allocs = dm.Allocations()
+    allocs = Allocations()
     allocs.by_name.update(idx)
-    m = dm.measure(raw, w, TOPO, t0, allocs)
+    m = measure(raw, w, TOPO, t0, allocs)
     assert not m.missing and set(m.states.values()) == {"COMPLETED"}
     assert len(m.records) == 10 and "warmup" not in m.states
     by = {r.job_id: r for r in m.records}
@@ -261,25 +286,25 @@ def test_measure_builds_records_from_slurm(v24):
         assert r.user == rec["user_name"] and r.time_limit == get(rec["time_limit"]) * 60
         assert len(r.gpus) == r.num_gpus
         assert set(TOPO.nodes[int(TOPO.gpu_node[g])].name for g in r.gpus) == set(rec["nodes"].split(","))
-    s = dm.summary_of(m.records, TOPO)
+    s = summary_of(m.records, TOPO)
     assert s["avg_wait"] == pytest.approx(1.0)
-    assert s == {**summarize(m.records, TOPO.num_gpus), **dm.extra_metrics(m.records, TOPO),
+    assert s == {**summarize(m.records, TOPO.num_gpus), **extra_metrics(m.records, TOPO),
                  "user_mean_wait": s["user_mean_wait"]}
 
 
 def test_measure_uses_the_jobs_reading_when_squeue_lost_the_indices():
-    w = dm.build_workload(6, 2, None, 5)
+    w = build_workload(6, 2, None, 5)
     t0 = 1_800_000_000
     raw, idx = _squeue_doc(w, t0)
     outputs = {name: {"alloc": "".join(f"{n}:{':'.join(map(str, ix))};" for n, ix in nodes.items())}
                for name, nodes in idx.items()}
-    m = dm.measure(raw, w, TOPO, t0, dm.Allocations(), outputs)
+    m = measure(raw, w, TOPO, t0, Allocations(), outputs)
     assert set(m.alloc_source.values()) == {"job"}
     assert all(len(r.gpus) == r.num_gpus for r in m.records)
 
 
 def test_measure_reports_missing_and_failed_jobs():
-    w = dm.build_workload(5, 3, None, 4)
+    w = build_workload(5, 3, None, 4)
     t0 = 1_800_000_000
     raw, _ = _squeue_doc(w, t0)
     doc = json.loads(raw)
@@ -287,21 +312,21 @@ def test_measure_reports_missing_and_failed_jobs():
     doc["jobs"][3]["job_state"] = "RUNNING"
     doc["jobs"][3]["end_time"] = 0
     del doc["jobs"][4]
-    m = dm.measure(json.dumps(doc), w, TOPO, t0)
+    m = measure(json.dumps(doc), w, TOPO, t0)
     names = [j.name for j in w.jobs]
     assert m.states[names[1]] == "TIMEOUT" and m.states[names[2]] == "RUNNING"
     assert set(m.missing) == {names[2], names[3]}
     # a job of another user with a demo name is not the demo's
     doc = json.loads(raw)
     doc["jobs"][1]["user_name"] = "mallory"
-    m = dm.measure(json.dumps(doc), w, TOPO, t0)
+    m = measure(json.dumps(doc), w, TOPO, t0)
     assert names[0] in m.missing
 
 
 def test_predictions_use_the_same_metrics(workload):
-    recs = dm.predict(workload, "slurm", TOPO)
+    recs = predict(workload, "slurm", TOPO)
     assert sorted(r.job_id for r in recs) == sorted(j.name for j in workload.jobs)
-    s = dm.summary_of(recs, TOPO)
+    s = summary_of(recs, TOPO)
     assert s["jobs"] == 40 and 0 < s["jain_fairness"] <= 1
     assert s["placement_slowdown"] >= 1.0
 
@@ -309,7 +334,7 @@ def test_predictions_use_the_same_metrics(workload):
 def test_default_policy():
     from attentived.agents.learned import default_model_path
 
-    assert dm.default_policy() == ("attentive" if default_model_path("attentive").is_file() else dm.FALLBACK_POLICY)
+    assert default_policy() == ("attentive" if default_model_path("attentive").is_file() else FALLBACK_POLICY)
 
 
 def test_cli_rejects_bad_options_before_touching_anything():
@@ -325,10 +350,10 @@ def test_cli_rejects_bad_options_before_touching_anything():
 
 def test_not_root_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    d = dm.Demo(dm.DemoOptions())
-    with pytest.raises(dm.DemoError) as e:
+    d = Demo(DemoOptions())
+    with pytest.raises(DemoError) as e:
         d.check_machine()
-    assert e.value.code == dm.EXIT_UNSUPPORTED and "root" in str(e.value)
+    assert e.value.code == EXIT_UNSUPPORTED and "root" in str(e.value)
 
 
 # ---- the real thing ------------------------------------------------------------------------------------
@@ -345,9 +370,9 @@ def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
     from attentived.render_demo import result_table, write_outputs
 
     events: list[tuple[str, dict]] = []
-    options = dm.DemoOptions(jobs=8, users=3, seed=1, run_dir=TEST_RUN_DIR, port_base=TEST_PORT_BASE,
+    options = DemoOptions(jobs=8, users=3, seed=1, run_dir=TEST_RUN_DIR, port_base=TEST_PORT_BASE,
                              target_span=6.0, max_duration=8.0)
-    result = dm.run_demo(options, lambda kind, **data: events.append((kind, data)))
+    result = run_demo(options, lambda kind, **data: events.append((kind, data)))
 
     lab = Lab(TEST_RUN_DIR, port_base=TEST_PORT_BASE)
     # nothing left running: no daemons of the demo's cluster, no job processes, no attentived
@@ -361,7 +386,7 @@ def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
         assert run.complete, (name, run.states, run.missing)
         assert run.leftover_reservations == []
         assert len(run.records) == 8
-        slurm = {j.name: j for j in parse_squeue(run.squeue_raw).jobs if j.name.startswith(dm.JOB_PREFIX)}
+        slurm = {j.name: j for j in parse_squeue(run.squeue_raw).jobs if j.name.startswith(JOB_PREFIX)}
         assert set(slurm) == {j.name for j in result.workload.jobs}
         for r in run.records:
             j = slurm[r.job_id]
@@ -375,7 +400,7 @@ def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
             assert read["known"] and read["done"]
             assert read["slowdown"] == pytest.approx(SPEED.slowdown(r.model, r.gpus), abs=1e-3)
             assert r.runtime >= r.ideal_duration * read["slowdown"] - 1.5
-        assert run.summary == {**summarize(run.records, 32), **dm.extra_metrics(run.records, TOPO),
+        assert run.summary == {**summarize(run.records, 32), **extra_metrics(run.records, TOPO),
                                "user_mean_wait": run.summary["user_mean_wait"]}
         assert run.predicted["jobs"] == 8
     d = result.runs["attentived"].daemon
@@ -484,7 +509,7 @@ def test_ctrl_c_stops_the_daemon_the_jobs_and_the_cluster(slurm_installed_or_ski
             proc.kill()
     reader.join(10)
     err = "".join(lines)
-    assert rc == dm.EXIT_INTERRUPTED, err
+    assert rc == EXIT_INTERRUPTED, err
     assert "interrupted" in err and "cluster stopped" in err
     assert lab.processes() == [] and not lab.is_running()
     assert not _job_processes(INT_RUN_DIR)
@@ -509,30 +534,30 @@ def _daemons(run_dir: str) -> list[int]:
 
 
 def test_policy_names_are_checked_cheaply():
-    dm.check_policy("fifo+consolidate")
-    dm.check_policy("sjf+consolidate+backfill")
+    check_policy("fifo+consolidate")
+    check_policy("sjf+consolidate+backfill")
     from attentived.agents.learned import default_model_path
 
     if default_model_path("attentive").is_file():
-        dm.check_policy("attentive")
-    with pytest.raises(dm.DemoError) as e:
-        dm.check_policy("fifo+nowhere")
-    assert e.value.code == dm.EXIT_BAD_INPUT
+        check_policy("attentive")
+    with pytest.raises(DemoError) as e:
+        check_policy("fifo+nowhere")
+    assert e.value.code == EXIT_BAD_INPUT
 
 
-def _fake_result(workload: dm.Workload) -> dm.DemoResult:
+def _fake_result(workload: Workload) -> DemoResult:
     """A DemoResult whose 'live' records are simulator records (rendering tests, no Slurm)."""
     runs = {}
     for name, policy in (("slurm", "slurm"), ("attentived", "fifo+consolidate")):
-        live = dm.predict(workload, "fifo" if name == "slurm" else "sjf+consolidate", TOPO)
-        pred = dm.predict(workload, policy, TOPO)
-        runs[name] = dm.RunResult(
-            name=name, title=dm.RUN_TITLES[name], scheduler="test", policy=policy, records=live,
-            summary=dm.summary_of(live, TOPO), predicted_records=pred, predicted=dm.summary_of(pred, TOPO),
+        live = predict(workload, "fifo" if name == "slurm" else "sjf+consolidate", TOPO)
+        pred = predict(workload, policy, TOPO)
+        runs[name] = RunResult(
+            name=name, title=RUN_TITLES[name], scheduler="test", policy=policy, records=live,
+            summary=summary_of(live, TOPO), predicted_records=pred, predicted=summary_of(pred, TOPO),
             states={r.job_id: "COMPLETED" for r in live}, slurm_ids={r.job_id: str(k + 2) for k, r in enumerate(live)},
             alloc_source={}, job_outputs={}, missing=[], wall_seconds=100.0, started_at=0.0, squeue_raw='{"jobs": []}',
             daemon={"cycles": 3, "actions": 5, "failed_actions": 0, "placements": {"exact": 2}} if name == "attentived" else None)
-    return dm.DemoResult(workload, TOPO, "fifo+consolidate", runs, 200.0, dm.DemoOptions())
+    return DemoResult(workload, TOPO, "fifo+consolidate", runs, 200.0, DemoOptions())
 
 
 def test_table_and_outputs(tmp_path):
@@ -540,7 +565,7 @@ def test_table_and_outputs(tmp_path):
 
     from attentived.render_demo import result_table, write_outputs
 
-    w = dm.build_workload(12, 3, None, 1)
+    w = build_workload(12, 3, None, 1)
     result = _fake_result(w)
     console = Console(record=True, width=160)
     result_table(result, console)
@@ -564,7 +589,7 @@ def test_cleanup_after_a_ctrl_c_that_lands_before_the_submitter_starts(tmp_path)
     the end (it used to raise on joining an unstarted thread, leaving the daemon running)."""
     import threading
 
-    demo = dm.Demo(dm.DemoOptions(run_dir=str(tmp_path / "run")))
+    demo = Demo(DemoOptions(run_dir=str(tmp_path / "run")))
     demo.submitter = threading.Thread(target=lambda: None)
     stopped = []
     demo._stop_daemon = lambda: stopped.append(True)

@@ -1,0 +1,152 @@
+"""Measuring a run from Slurm's own records (``measure``: ``squeue --json -t all`` ->
+``JobRecord`` -> ``simulator.metrics.summarize``, plus ``extra_metrics``), and the simulator's
+prediction for the same workload (``predict``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from attentived.simulator.engine import JobRecord, Simulation
+from attentived.simulator.metrics import summarize, user_mean_waits
+from attentived.topology import Topology
+from attentived.topology.speed import SpeedModel
+
+from .workload import JOB_PREFIX, Workload, demo_topology
+
+__all__ = [
+    "measure",
+    "predict",
+]
+
+
+@dataclass
+class Allocations:
+    """GPU indices of the demo's jobs, seen while they ran (22.05's ``squeue --json`` drops
+    ``gres_detail`` once a job ends): job name -> {node: indices}."""
+
+    by_name: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+
+    def observe(self, jobs: Iterable[Any]) -> None:
+        for j in jobs:
+            if j.name.startswith(JOB_PREFIX) and j.gpu_indices and j.name not in self.by_name:
+                self.by_name[j.name] = {n: tuple(ix) for n, ix in j.gpu_indices.items()}
+
+
+def _alloc_from_output(info: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """``alloc=node1:0:1;node2:4:5;`` (what the job read from ``scontrol -d show job``)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for part in str(info.get("alloc", "")).split(";"):
+        bits = [b for b in part.split(":") if b]
+        if len(bits) >= 2 and all(b.isdigit() for b in bits[1:]):
+            out[bits[0]] = tuple(int(b) for b in bits[1:])
+    return out
+
+
+@dataclass
+class Measured:
+    records: list[JobRecord]
+    states: dict[str, str]  # job name -> Slurm's final state
+    slurm_ids: dict[str, str]  # job name -> Slurm job id
+    nodes: dict[str, tuple[str, ...]]
+    alloc_source: dict[str, str]  # job name -> "squeue" | "job" (where the GPU indices came from)
+    missing: list[str]  # workload jobs Slurm has no finished record of
+
+
+def measure(squeue_raw: str | bytes, workload: Workload, topo: Topology, t0: float,
+            allocations: Allocations | None = None, outputs: Mapping[str, Mapping[str, Any]] | None = None) -> Measured:
+    """JobRecords of the workload's jobs from Slurm's records: ``squeue --json -t all`` (submit,
+    start and end times, user, nodes, time limit, state) plus the GPU indices Slurm reported
+    while each job ran (``allocations``; else the ones the job read from ``scontrol -d``).
+    Times become seconds after ``t0`` (the run's start)."""
+    from attentived.daemon.slurm_json import parse_squeue
+
+    by_name = workload.by_name
+    allocations = allocations or Allocations()
+    outputs = outputs or {}
+    parsed = parse_squeue(squeue_raw)
+    allocations.observe(parsed.jobs)
+    records: list[JobRecord] = []
+    states: dict[str, str] = {}
+    ids: dict[str, str] = {}
+    nodes: dict[str, tuple[str, ...]] = {}
+    source: dict[str, str] = {}
+    for j in parsed.jobs:
+        demo = by_name.get(j.name)
+        if demo is None or j.user != demo.user:
+            continue
+        if j.name in ids and int(ids[j.name]) > int(j.job_id):
+            continue  # resubmitted: the later one counts
+        ids[j.name] = j.job_id
+        states[j.name] = j.state
+        nodes[j.name] = tuple(j.nodes)
+        if not j.finished or j.start_time is None or j.end_time is None or j.submit_time is None:
+            continue
+        idx = allocations.by_name.get(j.name)
+        source[j.name] = "squeue"
+        if not idx:
+            idx = _alloc_from_output(outputs.get(j.name, {}))
+            source[j.name] = "job"
+        gpus = tuple(sorted(topo.gpu_id(n, i) for n, ix in idx.items() for i in ix))
+        if len(gpus) != demo.num_gpus:
+            source[j.name] = "unknown"
+        records.append(JobRecord(
+            job_id=j.name, user=j.user, num_gpus=demo.num_gpus, model=demo.model,
+            submit_time=j.submit_time - t0, start_time=j.start_time - t0, end_time=j.end_time - t0,
+            ideal_duration=demo.duration, time_limit=j.time_limit or demo.time_limit, gpus=gpus,
+        ))
+    records.sort(key=lambda r: r.job_id)
+    done = {r.job_id for r in records}
+    return Measured(records, states, ids, nodes, source, [n for n in by_name if n not in done])
+
+
+def extra_metrics(records: Sequence[JobRecord], topo: Topology) -> dict[str, float]:
+    """Beside ``summarize``: the speed model's slowdown of the GPUs each multi-GPU job got
+    (placement quality without timing noise) and how many multi-GPU jobs crossed an island,
+    a node or a switch."""
+    speed = SpeedModel(topo)
+    multi = [r for r in records if r.num_gpus > 1 and len(r.gpus) == r.num_gpus]
+    slow = [speed.slowdown(r.model, r.gpus) for r in multi]
+    spread = [topo.spread(r.gpus) for r in multi]
+    ideal = {r.job_id: topo.spread(topo.ideal_gpus(r.num_gpus)) for r in multi}
+    return {
+        "placement_slowdown": float(np.mean(slow)) if slow else 1.0,
+        "multi_gpu_jobs": len(multi),
+        "split_more_than_needed": sum(1 for r, s in zip(multi, spread) if s > ideal[r.job_id]),
+        "cross_node": sum(1 for s in spread if s[1] > 1),
+        "cross_switch": sum(1 for s in spread if s[2] > 1),
+    }
+
+
+def summary_of(records: Sequence[JobRecord], topo: Topology) -> dict[str, float]:
+    return {**summarize(records, topo.num_gpus), **extra_metrics(records, topo),
+            "user_mean_wait": user_mean_waits(records)}
+
+
+#: The figures the side-by-side table shows, in order.
+TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "placement_slowdown", "multi_gpu_slowdown",
+              "makespan", "utilization")
+
+
+# ---- the simulator's prediction ----------------------------------------------------------------
+
+
+def make_demo_policy(name: str, seed: int = 0) -> Any:
+    """A policy by name, ``attentive`` included (the shipped model)."""
+    from attentived.daemon.config import is_learned
+
+    if is_learned(name):
+        from attentived.agents.learned import load_learned
+
+        return load_learned("attentive", None, seed=seed)
+    from attentived.agents.registry import make_policy
+
+    return make_policy(name, seed)
+
+
+def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0) -> list[JobRecord]:
+    """The simulator's replay of the demo workload under ``policy`` (records named like the
+    live jobs)."""
+    topo = topo or demo_topology()
+    return list(Simulation(workload.sim_jobs(), topo, make_demo_policy(policy, seed)).run().records)
