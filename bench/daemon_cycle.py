@@ -2,14 +2,14 @@
 
 For each case a private Slurm lab starts (own run dir and port base, so it never collides
 with a test lab), root's blockers fill most GPUs, and alice/bob/carol queue N pending jobs
-(1-8 GPUs, 30-minute limits). The daemon's engine then runs in this process:
+(1-8 GPUs, 30-minute limits). The daemon's cycle runner then runs in this process:
 
 - one *cold* cycle: every pending job gets its first priority (N updates in one batch);
 - ``--cycles`` *steady* cycles with churn between them: one running job ends and two new
   jobs arrive, so each cycle plans real starts, holds and priority insertions.
 
 Reported: p50 / p99 / max of the steady cycles (whole cycle and per phase), the cold cycle,
-actions per cycle and the peak RSS of the process (the daemon's engine plus the bench).
+actions per cycle and the peak RSS of the process (the daemon's cycle runner plus the bench).
 Prints a table and writes bench/results/daemon_cycle.json. Needs root (the lab).
 
     sudo .venv/bin/python bench/daemon_cycle.py                 # 200 on 4 nodes, 1000 on 16
@@ -64,7 +64,7 @@ def submit_many(lab, jobs: list[tuple[str, int]], rng: random.Random) -> None:
 def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, policy: str, seed: int) -> dict:
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
-    from attentived.daemon.cycle import Engine
+    from attentived.daemon.cycle import CycleRunner
     from attentived.ops.lab import Lab
 
     dlog.configure("error", "json")
@@ -90,7 +90,7 @@ def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, polic
         time.sleep(2)
         cfg = C.Config(interval=5, partitions=("main",), policy=policy, state_dir=str(state), slurm_conf=str(lab.slurm_conf),
                        metrics_port=0, log_level="error")
-        eng = Engine(cfg)
+        eng = CycleRunner(cfg)
         cold = eng.run_cycle()
         if not cold.ok:
             raise RuntimeError(f"cold cycle failed: {cold.error}")
@@ -151,7 +151,8 @@ def main() -> int:
             print(proc.stderr[-3000:], file=sys.stderr)
             return 1
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    head = f"{'pending':>7} {'nodes':>5} {'cold s':>7} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'snap p50':>8} {'apply p50':>9} {'actions':>7} {'idle':>5} {'RSS MB':>7}"
+    head = (f"{'pending':>7} {'nodes':>5} {'cold s':>7} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'snap p50':>8} "
+            f"{'apply p50':>9} {'actions':>7} {'idle':>5} {'RSS MB':>7}")
     print(f"daemon cycle latency, policy {args.policy}, {args.cycles} cycles with churn, {platform.node()}")
     print(head)
     for r in results:

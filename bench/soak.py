@@ -84,7 +84,7 @@ class Watch:
 def soak_fake(cycles: int, seed: int, state: Path) -> dict:
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
-    from attentived.daemon.cycle import Engine
+    from attentived.daemon.cycle import CycleRunner
     from attentived.daemon.records import SlurmJob, SlurmNode
     from attentived.daemon.testing import FakeBackend
     from attentived.topology import uniform
@@ -95,7 +95,7 @@ def soak_fake(cycles: int, seed: int, state: Path) -> dict:
     nodes = [SlurmNode(f"node{i}", "IDLE", gpus=8, gpu_type="h100", partitions=("main",)) for i in range(1, 5)]
     now = 1_000_000.0
     fake = FakeBackend([], nodes, now=now)
-    eng = Engine(C.Config(state_dir=str(state), partitions=("main",), metrics_port=0, interval=1.0,
+    eng = CycleRunner(C.Config(state_dir=str(state), partitions=("main",), metrics_port=0, interval=1.0,
                           journal_max_rows=1000, journal_max_plans=50, log_level="error"),
                  backend=fake, topology=topo)
     watch = Watch(state, submitted=0, started=0, finished=0, cancelled=0)
@@ -172,7 +172,7 @@ def soak_fake(cycles: int, seed: int, state: Path) -> dict:
 def soak_lab(cycles: int, seed: int, state: Path) -> dict:
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
-    from attentived.daemon.cycle import Engine
+    from attentived.daemon.cycle import CycleRunner
     from attentived.ops.lab import Lab
 
     dlog.configure(level="error", fmt="json", stream=open(os.devnull, "w"))
@@ -185,7 +185,7 @@ def soak_lab(cycles: int, seed: int, state: Path) -> dict:
             lab.start()
             started_lab = True
         lab.reset()
-        eng = Engine(C.Config(state_dir=str(state), partitions=("main",), metrics_port=0, interval=0.2,
+        eng = CycleRunner(C.Config(state_dir=str(state), partitions=("main",), metrics_port=0, interval=0.2,
                               slurm_conf=str(lab.slurm_conf), journal_max_rows=1000, journal_max_plans=50,
                               log_level="error"))
         watch = Watch(state, submitted=0)

@@ -41,12 +41,14 @@ import math
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
+
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
 from attentived.agents.state import ClusterState, PendingJob
@@ -332,7 +334,7 @@ def connect(cfg: cfgmod.Config, *, backend: Backend | None = None, topology: Top
 def policy_for(cfg: cfgmod.Config) -> tuple[Policy, str, str]:
     """The policy the daemon would run (``attentive`` loads its model; a policy that cannot
     load falls back as in the daemon): (policy, name, why it fell back or "")."""
-    from attentived.daemon.cycle import load_policy
+    from attentived.daemon.policy_slot import load_policy
 
     return load_policy(cfg)
 
@@ -359,7 +361,7 @@ def scores(policy: Policy, state: ClusterState) -> dict[str, tuple[float | None,
     if not pending:
         return out
     if hasattr(policy, "explain") and hasattr(policy, "encoder"):
-        exp = policy.explain(state, k=len(pending) + 1)  # type: ignore[attr-defined]
+        exp = policy.explain(state, k=len(pending) + 1)
         for opt in exp.top_jobs:
             if opt.job_id:
                 out[opt.job_id] = (opt.probability, f"p={opt.probability:.3f}")
@@ -680,7 +682,7 @@ def config_check(path: str | os.PathLike[str] | None, *, slurm: bool = True,
     cfg = load_config(path)
     add("config", "ok", f"{cfg.source}: valid" if cfg.source != "(defaults)"
         else f"no file at {cfgmod.DEFAULT_PATH}: built-in defaults")
-    from attentived.daemon.cycle import load_policy
+    from attentived.daemon.policy_slot import load_policy
 
     _policy, name, why = load_policy(cfg)
     if why:

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from attentived.daemon import config as C
-from attentived.daemon.cycle import Engine
-from attentived.daemon.topology_source import TopologySource
-from attentived.ops import inspect as ins
 from typer.testing import CliRunner
 
 from attentived.cli import app
+from attentived.daemon import config as C
+from attentived.daemon.cycle import CycleRunner
+from attentived.daemon.topology_source import TopologySource
+from attentived.ops import inspect as ins
 
 from .daemon.test_apply import TOPO, cluster, pending, running
 from .ops.test_inspect import _cli
@@ -54,7 +54,7 @@ def site(tmp_path, monkeypatch):
 
 
 def run_cycles(conf: Path, fake, n: int = 1, shadow: bool = False) -> None:
-    e = Engine(C.load(conf), backend=fake, topology=TOPO)
+    e = CycleRunner(C.load(conf), backend=fake, topology=TOPO)
     e.shadow = shadow
     for _ in range(n):
         e.run_cycle()

@@ -22,8 +22,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from attentived.daemon import config as C
-from attentived.daemon.cycle import Engine
+from attentived.daemon.cycle import CycleRunner
 from attentived.ops.lab import parse_scontrol_line
 from attentived.topology import hostlist
 
@@ -38,8 +39,8 @@ def config_for(lab, tmp_path, **kw) -> C.Config:
     return C.Config(**values)
 
 
-def engine_for(lab, tmp_path, **kw) -> Engine:
-    return Engine(config_for(lab, tmp_path, **kw))
+def runner_for(lab, tmp_path, **kw) -> CycleRunner:
+    return CycleRunner(config_for(lab, tmp_path, **kw))
 
 
 def lab_config_file(lab, tmp_path, extra: str = ""):
@@ -128,7 +129,7 @@ def test_plan_is_carried_out_by_slurm(clean_lab, tmp_path):
     ids = queue_mix(lab)
     name_of = {v: k for k, v in ids.items()}
     other_before = jobs_now(lab)[ids["O"]]
-    eng = engine_for(lab, tmp_path)
+    eng = runner_for(lab, tmp_path)
     planned_at: dict[str, int] = {}
     planned_nodes: dict[str, list[str]] = {}
     planned_gpus: dict[str, list[str]] = {}
@@ -182,7 +183,7 @@ def test_plan_is_carried_out_by_slurm(clean_lab, tmp_path):
         for jid, d in jobs_now(lab).items():
             if d["JobState"] == "RUNNING" and set(lab_nodes(d)) & hold_nodes:
                 lab.run(["scancel", jid])
-        wait_until(lambda: not any(d["JobState"] in ("RUNNING", "COMPLETING") and set(lab_nodes(d)) & hold_nodes
+        wait_until(lambda hold_nodes=hold_nodes: not any(d["JobState"] in ("RUNNING", "COMPLETING") and set(lab_nodes(d)) & hold_nodes
                                    for d in jobs_now(lab).values()), what="held nodes to free up")
         time.sleep(1.2)  # one Slurm scheduling pass: the held job must not start by itself
         assert jobs_now(lab)[holds[0]["job"]]["JobState"] == "PENDING"
@@ -231,7 +232,7 @@ def test_dry_run_changes_nothing(clean_lab, tmp_path):
     busy_cluster(lab)
     queue_mix(lab)
     before = slurm_view(lab)
-    eng = engine_for(lab, tmp_path, dry_run=True)
+    eng = runner_for(lab, tmp_path, dry_run=True)
     res = eng.run_cycle()
     assert res.ok and res.dry_run and any(a.kind == "priority" for a in res.actions) and res.plan_doc["holds"]
     assert slurm_view(lab) == before
@@ -255,7 +256,7 @@ def test_attach_mode_reservation_never_outlives_its_job(clean_lab, tmp_path):
     blockers = busy_cluster(lab)
     a = str(lab.submit("alice", 4, script="sleep 2", name="A", extra_args=["--time", "30"]))
     b = str(lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"]))
-    eng = engine_for(lab, tmp_path, hold_mode="attach")
+    eng = runner_for(lab, tmp_path, hold_mode="attach")
     res = eng.run_cycle()
     assert res.ok
     (hold,) = [h for h in res.plan_doc["holds"] if h["job"] == a]
@@ -277,7 +278,7 @@ def test_hostile_job_names_and_comments(clean_lab, tmp_path):
     lab = clean_lab
     name = "q\"uo'te; $(touch /tmp/pwned) `id` ünï名"
     job = str(lab.submit("carol", 1, name=name, script="sleep 30", extra_args=["--comment", "model=x; $(reboot) \"'"]))
-    eng = engine_for(lab, tmp_path)
+    eng = runner_for(lab, tmp_path)
     res = eng.run_cycle()
     assert res.ok and not Path("/tmp/pwned").exists()
     snap = eng.backend.snapshot()

@@ -1,4 +1,4 @@
-"""The cycle engine and the service on the in-memory Slurm: idempotence, dry run, journal,
+"""The cycle runner and the service on the in-memory Slurm: idempotence, dry run, journal,
 errors and back-off, policy fallback, placements, READY/WATCHDOG, SIGHUP-style reloads,
 stopping mid-cycle, hand-back, and the CLI's exit codes."""
 
@@ -11,16 +11,16 @@ import threading
 import time
 
 import pytest
+from typer.testing import CliRunner
+
+from attentived.cli import app
 from attentived.daemon import config as C
 from attentived.daemon import log as dlog
-from attentived.daemon.cycle import Engine
+from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.notify import Notifier
 from attentived.daemon.records import SlurmCommandError, SlurmParseError
 from attentived.daemon.service import Service
 from attentived.daemon.testing import FakeBackend
-from typer.testing import CliRunner
-
-from attentived.cli import app
 
 from .test_apply import NOW, TOPO, cluster, pending
 
@@ -31,8 +31,8 @@ def cfg(tmp_path, **kw):
     return C.Config(**base)
 
 
-def engine(tmp_path, fake, **kw):
-    return Engine(cfg(tmp_path, **kw), backend=fake, topology=TOPO)
+def runner(tmp_path, fake, **kw):
+    return CycleRunner(cfg(tmp_path, **kw), backend=fake, topology=TOPO)
 
 
 def mix():
@@ -42,7 +42,7 @@ def mix():
 
 def test_cycle_then_no_churn(tmp_path):
     fake = mix()
-    e = engine(tmp_path, fake)
+    e = runner(tmp_path, fake)
     r1 = e.run_cycle()
     assert r1.ok and r1.updates > 0 and r1.plan_doc["holds"][0]["reservation"] == "attentived-1"
     r2 = e.run_cycle()
@@ -58,7 +58,7 @@ def test_cycle_then_no_churn(tmp_path):
 def test_dry_run_changes_nothing(tmp_path):
     fake = mix()
     before = dict(fake.jobs), dict(fake.reservations)
-    e = engine(tmp_path, fake, dry_run=True)
+    e = runner(tmp_path, fake, dry_run=True)
     r = e.run_cycle()
     assert r.ok and r.dry_run and r.actions and r.updates == 0
     assert fake.calls == [] and (dict(fake.jobs), dict(fake.reservations)) == before
@@ -68,7 +68,7 @@ def test_dry_run_changes_nothing(tmp_path):
 
 def test_slurm_errors_back_off_and_recover(tmp_path):
     fake = mix()
-    e = engine(tmp_path, fake, interval=0.05, backoff_max=0.3)
+    e = runner(tmp_path, fake, interval=0.05, backoff_max=0.3)
     fake.snapshot_error = SlurmCommandError(["squeue", "--json"], 1, "slurm_load_jobs error: Unable to contact slurm controller")
     r = e.run_cycle()
     assert not r.ok and r.error_kind == "slurm" and "Unable to contact" in r.error
@@ -88,7 +88,7 @@ def test_slurm_errors_back_off_and_recover(tmp_path):
 def test_failed_action_is_journaled_and_the_rest_applies(tmp_path):
     fake = mix()
     fake.fail[("create", "attentived-1")] = "Access/permission denied"
-    e = engine(tmp_path, fake)
+    e = runner(tmp_path, fake)
     r = e.run_cycle()
     assert not r.ok and r.error_kind == "apply" and r.failed == 1
     assert fake.jobs["1"].priority > fake.jobs["2"].priority > fake.jobs["3"].priority
@@ -98,7 +98,7 @@ def test_failed_action_is_journaled_and_the_rest_applies(tmp_path):
 
 
 def test_policy_fallback_when_the_model_cannot_load(tmp_path):
-    e = Engine(cfg(tmp_path, policy="attentive", model=str(tmp_path / "missing.pt"), fallback_policy="fifo"),
+    e = CycleRunner(cfg(tmp_path, policy="attentive", model=str(tmp_path / "missing.pt"), fallback_policy="fifo"),
                backend=mix(), topology=TOPO)
     assert e.policy_name == "fifo" and e.policy_fallback and e.metrics.errors.value(kind="policy") == 1
     assert e.run_cycle().ok and e.status()["policy_fallback"]
@@ -107,7 +107,7 @@ def test_policy_fallback_when_the_model_cannot_load(tmp_path):
 def test_planned_vs_actual_placement_is_recorded(tmp_path):
     fake = cluster([pending("1", "alice", 4), pending("2", "bob", 1, t=1)],
                    run=[])
-    e = engine(tmp_path, fake)
+    e = runner(tmp_path, fake)
     r = e.run_cycle()
     starts = {s["job"]: s for s in r.plan_doc["starts"]}
     assert set(starts) == {"1", "2"}
@@ -128,20 +128,20 @@ def test_planned_vs_actual_placement_is_recorded(tmp_path):
 
 def test_pins_are_owned_through_the_journal(tmp_path):
     fake = cluster([pending("1", "alice", 1), pending("2", "bob", 1, t=1)], run=[])
-    e = engine(tmp_path, fake)
+    e = runner(tmp_path, fake)
     e.run_cycle()
     assert set(e.journal.pins()) == {"1", "2"}
     fake.start("1", {"node1": [0]})
     e.run_cycle()
     assert set(e.journal.pins()) == {"2"}  # started: forgotten
-    e2 = engine(tmp_path, fake)  # a restarted daemon still knows its pins
+    e2 = runner(tmp_path, fake)  # a restarted daemon still knows its pins
     assert e2.journal.pins() == e.journal.pins()
 
 
 def test_cycle_id_on_every_log_line(tmp_path):
     buf = io.StringIO()
     dlog.configure("info", "json", stream=buf)
-    e = engine(tmp_path, mix())
+    e = runner(tmp_path, mix())
     r = e.run_cycle()
     lines = [json.loads(x) for x in buf.getvalue().splitlines()]
     assert lines and all(ln["cycle_id"] == r.cycle_id for ln in lines)
@@ -165,8 +165,6 @@ def _messages(sock):
             out.append(sock.recv(4096).decode())
     except TimeoutError:
         return out
-    except socket.timeout:
-        return out
 
 
 def test_service_ready_watchdog_reload_and_stop(tmp_path):
@@ -175,7 +173,7 @@ def test_service_ready_watchdog_reload_and_stop(tmp_path):
     conf.write_text(f'interval = 0.2\npartitions = ["main"]\nstate_dir = "{tmp_path / "state"}"\nmetrics_port = 0\n')
     fake = mix()
     svc = Service(conf, backend=fake, notifier=Notifier(address=path),
-                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+                  runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
     svc.tick()
     msgs = _messages(sock)
     assert any("READY=1" in m for m in msgs) and "WATCHDOG=1" in msgs
@@ -186,7 +184,7 @@ def test_service_ready_watchdog_reload_and_stop(tmp_path):
     assert svc.reload() is False and svc.config.interval == 0.2
     conf.write_text(f'interval = 0.3\npartitions = ["main"]\nstate_dir = "{tmp_path / "state"}"\nmetrics_port = 0\n'
                     'policy = "sjf+consolidate"\n')
-    assert svc.reload() is True and svc.config.interval == 0.3 and svc.engine.policy_name == "sjf+consolidate"
+    assert svc.reload() is True and svc.config.interval == 0.3 and svc.runner.policy_name == "sjf+consolidate"
     assert svc.metrics.errors.value(kind="config") == 1
     svc._close()
 
@@ -208,7 +206,7 @@ def test_stop_finishes_the_running_cycle_then_hands_back(tmp_path):
     fake = SlowFake(base.jobs.values(), base.nodes.values(), now=NOW)
     c = cfg(tmp_path, interval=5.0, hand_back_on_exit=True, hold_mode="attach")
     svc = Service(config=c, backend=fake, notifier=Notifier(address=""),
-                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+                  runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
     rc = {}
     t = threading.Thread(target=lambda: rc.setdefault("rc", svc.run_forever()))
     t.start()
@@ -216,7 +214,7 @@ def test_stop_finishes_the_running_cycle_then_hands_back(tmp_path):
     svc.stop()  # what SIGTERM does
     t.join(20)
     assert not t.is_alive() and rc["rc"] == 0
-    assert svc.engine.last is not None and svc.engine.last.ok  # the cycle that was running completed
+    assert svc.runner.last is not None and svc.runner.last.ok  # the cycle that was running completed
     assert fake.reservations == {} and all(not j.required_nodes for j in fake.jobs.values() if j.pending)
     assert all(j.priority < C.Config().priority_floor for j in fake.jobs.values() if j.pending)
     assert any(c[:2] == ("scontrol", "release") for c in fake.calls)
@@ -225,12 +223,12 @@ def test_stop_finishes_the_running_cycle_then_hands_back(tmp_path):
 def test_run_once_exit_codes(tmp_path):
     fake = mix()
     svc = Service(config=cfg(tmp_path), backend=fake, notifier=Notifier(address=""),
-                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+                  runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
     assert svc.run_once() == 0
     fake2 = mix()
     fake2.snapshot_error = SlurmCommandError(["squeue"], 1, "down")
     svc = Service(config=cfg(tmp_path), backend=fake2, notifier=Notifier(address=""),
-                  engine_factory=lambda c, **kw: Engine(c, topology=TOPO, **kw))
+                  runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
     assert svc.run_once() == 1
 
 
@@ -247,7 +245,7 @@ def test_cli_start_rejects_a_bad_config(tmp_path):
 def test_many_cycles_on_a_churning_queue_leave_no_orphans(tmp_path, mode):
     """The in-memory Slurm starts the pinned jobs and finishes jobs between cycles."""
     fake = cluster([pending(str(i), ("alice", "bob", "carol")[i % 3], (1, 2, 4, 8)[i % 4], t=i) for i in range(1, 40)])
-    e = engine(tmp_path, fake, hold_mode=mode)
+    e = runner(tmp_path, fake, hold_mode=mode)
     for step in range(60):
         r = e.run_cycle()
         assert r.ok, r.error
@@ -268,7 +266,7 @@ def test_many_cycles_on_a_churning_queue_leave_no_orphans(tmp_path, mode):
 @pytest.mark.parametrize("policy", ["deeprm", "proximity-drl"])
 def test_the_drl_baselines_run_live_from_their_shipped_models(tmp_path, policy):
     fake = mix()
-    e = engine(tmp_path, fake, policy=policy)
+    e = runner(tmp_path, fake, policy=policy)
     assert e.policy_name == policy and not e.policy_fallback
     r = e.run_cycle()
     assert r.ok and (r.plan_doc["starts"] or r.plan_doc["holds"])
@@ -278,7 +276,7 @@ def test_the_drl_baselines_run_live_from_their_shipped_models(tmp_path, policy):
 def test_a_network_too_small_for_the_cluster_falls_back(tmp_path):
     from attentived.topology import uniform
 
-    e = Engine(cfg(tmp_path, policy="proximity-drl", fallback_policy="fifo"), backend=mix(),
+    e = CycleRunner(cfg(tmp_path, policy="proximity-drl", fallback_policy="fifo"), backend=mix(),
                topology=uniform(20, 8, nodes_per_switch=4))
     e.setup()
     assert e.policy_name == "fifo" and "reads at most 128 GPUs, the cluster has 160" in e.policy_fallback

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from attentived.agents.learned import default_model_path
 from attentived.daemon import config as C
-from attentived.daemon.cycle import Engine
+from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.journal import Journal
 from attentived.daemon.records import SlurmUnavailable
 from attentived.daemon.testing import FakeBackend
@@ -146,11 +147,11 @@ def test_running_daemon_survives_bad_slurm_json_and_a_bad_sighup(tmp_path):
         for label, text in bad_outputs.items():
             n_before = len(statuses())
             fake.squeue(text)
-            _wait(lambda: "parse" in statuses()[n_before:], what=f"a parse error for {label!r}")
+            _wait(lambda n_before=n_before: "parse" in statuses()[n_before:], what=f"a parse error for {label!r}")
             assert proc.poll() is None, f"daemon died on {label}"
             fake.squeue(good)
             n_bad = len(statuses())
-            _wait(lambda: "ok" in statuses()[n_bad:], timeout=10, what=f"recovery after {label!r}")
+            _wait(lambda n_bad=n_bad: "ok" in statuses()[n_bad:], timeout=10, what=f"recovery after {label!r}")
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert re.search(r'attentived_errors_total\{kind="parse"\} [1-9]', metrics), metrics[:2000]
         # SIGHUP with an invalid config: rejected, old config kept, daemon still cycling
@@ -206,7 +207,7 @@ def test_bad_models_fall_back_in_logs_metrics_and_status(tmp_path):
 
     for label, path in _bad_models(tmp_path).items():
         fake = cluster([pending("1", "alice", 4), pending("2", "bob", 2, t=1)])
-        e = Engine(C.Config(state_dir=str(tmp_path / label), partitions=("main",), metrics_port=0, policy="attentive",
+        e = CycleRunner(C.Config(state_dir=str(tmp_path / label), partitions=("main",), metrics_port=0, policy="attentive",
                             model=str(path), fallback_policy="sjf+consolidate"), backend=fake, topology=TOPO)
         assert e.policy_name == "sjf+consolidate" and e.policy_fallback, label
         assert str(path.name) in e.policy_fallback or label == "missing" and "missing" in e.policy_fallback
@@ -261,7 +262,7 @@ def test_jobs_and_nodes_changing_between_snapshot_and_apply(tmp_path):
     import dataclasses
 
     fake = racy_mix()
-    e = Engine(C.Config(state_dir=str(tmp_path / "s"), partitions=("main",), metrics_port=0), backend=fake, topology=TOPO)
+    e = CycleRunner(C.Config(state_dir=str(tmp_path / "s"), partitions=("main",), metrics_port=0), backend=fake, topology=TOPO)
 
     def race(b):
         b.jobs.pop("2")                            # cancelled and purged: "Invalid job id"
@@ -290,7 +291,7 @@ def test_scontrol_errors_fail_one_action_the_rest_applies(tmp_path, error):
     fake = racy_mix()
     fake.fail[("update", "4")] = error
     fake.fail[("create", "*")] = error
-    e = Engine(C.Config(state_dir=str(tmp_path / "s"), partitions=("main",), metrics_port=0), backend=fake, topology=TOPO)
+    e = CycleRunner(C.Config(state_dir=str(tmp_path / "s"), partitions=("main",), metrics_port=0), backend=fake, topology=TOPO)
     r = e.run_cycle()
     failed = [o for o in r.outcomes if not o.ok]
     assert failed and all(error in o.error for o in failed)
@@ -305,7 +306,7 @@ def test_scontrol_errors_fail_one_action_the_rest_applies(tmp_path, error):
 
 def test_slurm_down_backs_off_with_a_bound_and_resumes(tmp_path):
     fake = racy_mix()
-    e = Engine(C.Config(state_dir=str(tmp_path / "s"), partitions=("main",), metrics_port=0, interval=0.05,
+    e = CycleRunner(C.Config(state_dir=str(tmp_path / "s"), partitions=("main",), metrics_port=0, interval=0.05,
                         backoff_max=0.4), backend=fake, topology=TOPO)
     assert e.run_cycle().ok
     writes = len(fake.calls)
@@ -342,7 +343,7 @@ def test_operator_problem_names_the_missing_permission():
 
 def test_permission_probe_refuses_live_start_but_not_dry_run(tmp_path, monkeypatch):
     """The cli backend as a non-root user (stubbed euid) that sacctmgr says is no operator."""
-    import attentived.daemon.cycle as cyc
+    import attentived.daemon.permissions as perm
     from attentived.daemon.service import Service
 
     fake = FakeSlurm(tmp_path)
@@ -350,9 +351,9 @@ def test_permission_probe_refuses_live_start_but_not_dry_run(tmp_path, monkeypat
     (fake.bin / "sacctmgr").chmod(0o755)
     for k, v in fake.env().items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr(cyc.os, "geteuid", lambda: 4242)
+    monkeypatch.setattr(perm.os, "geteuid", lambda: 4242)
     conf = fake.config(tmp_path / "c.toml", metrics_port=0)
     svc = Service(conf)
     assert svc.run_once() == 1
-    assert "AdminLevel=None" in svc.engine.permission_problem()
-    assert Service(conf, dry_run=True).engine.permission_problem() == ""
+    assert "AdminLevel=None" in svc.runner.permission_problem()
+    assert Service(conf, dry_run=True).runner.permission_problem() == ""

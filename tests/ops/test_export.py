@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from attentived.cli import app
 from attentived.daemon import config as C
 from attentived.daemon.observe import Observer
 from attentived.daemon.records import SlurmJob
@@ -23,9 +26,6 @@ from attentived.daemon.testing import FakeBackend
 from attentived.ops import export as ex
 from attentived.ops.inspect import InspectError
 from attentived.simulator.trace import load_trace
-from typer.testing import CliRunner
-
-from attentived.cli import app
 from tests.daemon.test_apply import TOPO, cluster
 
 ROOT = Path(__file__).parents[2]
@@ -42,11 +42,11 @@ def _logs_to_this_tests_stderr():
 # Lines slurmctld 22.05.8 wrote to the lab's JobCompLoc (jobcomp/filetxt), plus one with a
 # hostile job name and a working directory with spaces.
 JOBCOMP = """\
-JobId=1 UserId=root(0) GroupId=root(0) Name=warmup JobState=COMPLETED Partition=main TimeLimit=UNLIMITED StartTime=2026-11-29T23:18:27 EndTime=2026-11-29T23:18:27 NodeList=node1 NodeCnt=1 ProcCnt=1 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=1,mem=62.50G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:24 EligibleTime=2026-11-29T23:18:24 DerivedExitCode=0:0 ExitCode=0:0 
-JobId=2 UserId=alice(1001) GroupId=alice(1001) Name=job-alice-2 JobState=CANCELLED Partition=main TimeLimit=10 StartTime=2026-11-29T23:18:31 EndTime=2026-11-29T23:19:01 NodeList=node1 NodeCnt=1 ProcCnt=1 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=1,mem=62.50G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:30 EligibleTime=2026-11-29T23:18:30 DerivedExitCode=0:0 ExitCode=0:0 
-JobId=8 UserId=root(0) GroupId=root(0) Name=wrap JobState=CANCELLED Partition=main TimeLimit=10 StartTime=2026-11-29T23:19:01 EndTime=2026-11-29T23:19:01 NodeList=(null) NodeCnt=0 ProcCnt=2 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=2,mem=125G,node=2,billing=2 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:30 EligibleTime=2026-11-29T23:18:30 DerivedExitCode=0:0 ExitCode=0:0 
-JobId=9 UserId=bob(1002) GroupId=bob(1002) Name=job-bob-1 JobState=COMPLETED Partition=main TimeLimit=5 StartTime=2026-11-29T23:19:01 EndTime=2026-11-29T23:19:04 NodeList=node2 NodeCnt=1 ProcCnt=1 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=1,mem=62.50G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:40 EligibleTime=2026-11-29T23:18:40 DerivedExitCode=0:0 ExitCode=0:0 
-JobId=10 UserId=carol(1003) GroupId=carol(1003) Name=x JobState=FAILED SubmitTime=2000-01-01T00:00:00 JobId=1 JobState=COMPLETED Partition=main TimeLimit=1-00:00:00 StartTime=2026-11-29T23:19:10 EndTime=2026-11-29T23:20:10 NodeList=node[3-4] NodeCnt=2 ProcCnt=2 WorkDir=/tmp/a dir/EndTime=2030-01-01T00:00:00 ReservationName= Tres=cpu=2,mem=125G,node=2,billing=2,gres/gpu=16 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:19:00 EligibleTime=2026-11-29T23:19:00 DerivedExitCode=0:0 ExitCode=0:0 
+JobId=1 UserId=root(0) GroupId=root(0) Name=warmup JobState=COMPLETED Partition=main TimeLimit=UNLIMITED StartTime=2026-11-29T23:18:27 EndTime=2026-11-29T23:18:27 NodeList=node1 NodeCnt=1 ProcCnt=1 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=1,mem=62.50G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:24 EligibleTime=2026-11-29T23:18:24 DerivedExitCode=0:0 ExitCode=0:0
+JobId=2 UserId=alice(1001) GroupId=alice(1001) Name=job-alice-2 JobState=CANCELLED Partition=main TimeLimit=10 StartTime=2026-11-29T23:18:31 EndTime=2026-11-29T23:19:01 NodeList=node1 NodeCnt=1 ProcCnt=1 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=1,mem=62.50G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:30 EligibleTime=2026-11-29T23:18:30 DerivedExitCode=0:0 ExitCode=0:0
+JobId=8 UserId=root(0) GroupId=root(0) Name=wrap JobState=CANCELLED Partition=main TimeLimit=10 StartTime=2026-11-29T23:19:01 EndTime=2026-11-29T23:19:01 NodeList=(null) NodeCnt=0 ProcCnt=2 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=2,mem=125G,node=2,billing=2 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:30 EligibleTime=2026-11-29T23:18:30 DerivedExitCode=0:0 ExitCode=0:0
+JobId=9 UserId=bob(1002) GroupId=bob(1002) Name=job-bob-1 JobState=COMPLETED Partition=main TimeLimit=5 StartTime=2026-11-29T23:19:01 EndTime=2026-11-29T23:19:04 NodeList=node2 NodeCnt=1 ProcCnt=1 WorkDir=/tmp/attd-ops-dev/jobs ReservationName= Tres=cpu=1,mem=62.50G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:18:40 EligibleTime=2026-11-29T23:18:40 DerivedExitCode=0:0 ExitCode=0:0
+JobId=10 UserId=carol(1003) GroupId=carol(1003) Name=x JobState=FAILED SubmitTime=2000-01-01T00:00:00 JobId=1 JobState=COMPLETED Partition=main TimeLimit=1-00:00:00 StartTime=2026-11-29T23:19:10 EndTime=2026-11-29T23:20:10 NodeList=node[3-4] NodeCnt=2 ProcCnt=2 WorkDir=/tmp/a dir/EndTime=2030-01-01T00:00:00 ReservationName= Tres=cpu=2,mem=125G,node=2,billing=2,gres/gpu=16 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T23:19:00 EligibleTime=2026-11-29T23:19:00 DerivedExitCode=0:0 ExitCode=0:0
 """
 
 # What `sacct -a -X -P -o <SACCT_FIELDS>` prints against slurmdbd (written by hand: the lab has no

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,16 +15,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from attentived.agents.plan import Hold, Plan
 from attentived.agents.registry import make_policy
 from attentived.agents.state import ClusterState, PendingJob, RunningJob
 from attentived.daemon import config as C
-from attentived.daemon.cycle import Engine
+from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.journal import Journal
 from attentived.daemon.testing import FakeBackend
 from attentived.ops import inspect as ins
 from attentived.ops.explain import explain
-
 from tests.daemon.test_apply import NOW, TOPO, cluster, pending, running
 from tests.daemon.test_snapshot import snapshot22
 
@@ -86,7 +87,7 @@ def test_status_without_state_dir_says_so(tmp_path):
 def test_status_after_cycles_reads_heartbeat_journal_and_errors(tmp_path, sleeper):
     c = cfg(tmp_path)
     fake = mix()
-    e = Engine(c, backend=fake, topology=TOPO)
+    e = CycleRunner(c, backend=fake, topology=TOPO)
     assert e.run_cycle().ok
     fake.snapshot_error = ins.SlurmError("slurm_load_jobs error: Unable to contact slurm controller")
     assert not e.run_cycle().ok
@@ -147,7 +148,7 @@ def test_journal_readonly_never_creates_anything(tmp_path):
     j.close()
     r = Journal.open_readonly(tmp_path / "state" / "journal.sqlite")
     assert [c["cycle_id"] for c in r.cycles_between()] == ["c1"]
-    with pytest.raises(Exception):
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
         r._tx([("DELETE FROM cycles", ())])
     r.close()
 
@@ -248,7 +249,7 @@ def test_explain_running_other_partition_held_unknown_and_malformed(tmp_path):
 def test_explain_job_only_the_journal_remembers(tmp_path):
     c = cfg(tmp_path)
     fake = cluster([pending("11", "alice", 1)], run=[])
-    e = Engine(c, backend=fake, topology=TOPO)
+    e = CycleRunner(c, backend=fake, topology=TOPO)
     assert e.run_cycle().ok
     e.journal.close()
     del fake.jobs["11"]
@@ -296,7 +297,7 @@ def test_explain_on_the_recorded_22_05_mix(tmp_path):
 def test_decisions_cycles_actions_and_one_jobs_history(tmp_path):
     c = cfg(tmp_path)
     fake = mix()
-    e = Engine(c, backend=fake, topology=TOPO)
+    e = CycleRunner(c, backend=fake, topology=TOPO)
     r1 = e.run_cycle()
     fake.finish("101")
     r2 = e.run_cycle()

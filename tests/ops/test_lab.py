@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from attentived.ops.lab import (
     DEFAULT_PORT_BASE,
     Lab,

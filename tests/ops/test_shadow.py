@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+
 from attentived.agents.registry import make_policy
 from attentived.daemon import config as C
-from attentived.daemon.cycle import Engine
+from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.notify import Notifier
 from attentived.daemon.observe import ShadowError, read_observations
 from attentived.daemon.service import Service
 from attentived.ops import shadow as sh
-
 from tests.daemon.test_apply import NOW, TOPO, cluster, pending, running
 
 from .test_inspect import _logs_to_this_tests_stderr, cfg  # noqa: F401 (autouse fixture)
@@ -27,8 +27,8 @@ from .test_inspect import _logs_to_this_tests_stderr, cfg  # noqa: F401 (autouse
 ROOT = Path(__file__).parents[2]
 
 
-def shadow_engine(c, fake) -> Engine:
-    e = Engine(c, backend=fake, topology=TOPO)
+def shadow_runner(c, fake) -> CycleRunner:
+    e = CycleRunner(c, backend=fake, topology=TOPO)
     e.shadow = True
     return e
 
@@ -37,7 +37,7 @@ def test_shadow_cycles_observe_arrivals_starts_ends_and_change_nothing(tmp_path)
     c = cfg(tmp_path)
     fake = cluster([pending("11", "alice", 4), pending("12", "bob", 8, t=1), pending("19", "carol", 1, partition="other")],
                    run=[running("101", "root", "node1", range(7))])
-    e = shadow_engine(c, fake)
+    e = shadow_runner(c, fake)
     r = e.run_cycle()
     assert r.ok and r.dry_run and r.plan_doc["starts"] and r.counts["observed_changes"] == 4
     assert fake.calls == []  # nothing reached Slurm
@@ -67,8 +67,8 @@ def test_shadow_cycles_observe_arrivals_starts_ends_and_change_nothing(tmp_path)
 def test_observer_survives_a_restart_without_rewriting(tmp_path):
     c = cfg(tmp_path)
     fake = cluster([pending("11", "alice", 4)], run=[])
-    shadow_engine(c, fake).run_cycle()
-    e2 = shadow_engine(c, fake)  # a restarted daemon knows what it recorded
+    shadow_runner(c, fake).run_cycle()
+    e2 = shadow_runner(c, fake)  # a restarted daemon knows what it recorded
     assert e2.run_cycle().counts["observed_changes"] == 0
 
 
@@ -76,15 +76,15 @@ def test_service_shadow_forces_dry_run_and_start_shadow_once(tmp_path):
     c = cfg(tmp_path)
     fake = cluster([pending("11", "alice", 1)], run=[])
     def factory(config, **kw):
-        return Engine(config, topology=TOPO, **kw)
+        return CycleRunner(config, topology=TOPO, **kw)
 
-    svc = Service(config=c, backend=fake, notifier=Notifier(address=""), shadow=True, engine_factory=factory)
-    assert svc.config.dry_run and svc.engine.shadow and svc.engine.mode == "shadow"
+    svc = Service(config=c, backend=fake, notifier=Notifier(address=""), shadow=True, runner_factory=factory)
+    assert svc.config.dry_run and svc.runner.shadow and svc.runner.mode == "shadow"
     assert svc.run_once() == 0 and fake.calls == []
     rows, _ = read_observations(c.state_dir)
     assert [r["job_id"] for r in rows] == ["11"]
-    live = Service(config=c, backend=fake, notifier=Notifier(address=""), engine_factory=factory)
-    assert live.engine.mode == "live" and not live.config.dry_run
+    live = Service(config=c, backend=fake, notifier=Notifier(address=""), runner_factory=factory)
+    assert live.runner.mode == "live" and not live.config.dry_run
     live._close()
 
 
@@ -163,7 +163,7 @@ def test_shadow_mode_on_the_lab_then_the_report(clean_lab, tmp_path):
     state = tmp_path / "state"
     conf = lab_config_file(lab, tmp_path, 'policy = "fifo+consolidate"\n')
     c = C.load(conf)
-    e = Engine(c)
+    e = CycleRunner(c)
     e.shadow = True
     ids = []
     # 5 x 8 GPUs and 3 small jobs on 32 GPUs: Slurm's own scheduler makes some of them wait

@@ -1,0 +1,97 @@
+"""The daemon's policy slot: which ``Policy`` decides, and why it is not the configured one.
+
+A daemon must schedule even when its configured policy cannot: a learned model that does not
+load, a network too small for the cluster, a policy that raises mid-cycle. This module is the
+one place that decides what runs instead (``fallback_policy``) and says so (log line,
+``attentived_errors_total{kind="policy"}``, ``attentived_policy_info``), so the cycle only
+asks ``decide`` and ``ops inspect`` / ``ops doctor`` load exactly what the daemon would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attentived.agents.plan import Plan
+from attentived.agents.policy import Policy
+from attentived.agents.registry import make_policy, unsupported
+from attentived.agents.state import ClusterState
+from attentived.topology import Topology
+
+from .config import Config, is_learned
+from .prom import Metrics
+
+
+def load_policy(cfg: Config) -> tuple[Policy, str, str]:
+    """(policy, its name, why the configured one was not used or "")."""
+    try:
+        model = (cfg.model or None) if is_learned(cfg.policy) else None
+        return make_policy(cfg.policy, seed=cfg.seed, model=model), cfg.policy, ""
+    except Exception as e:  # a corrupt model, a missing module: fall back, say so
+        return make_policy(cfg.fallback_policy, seed=cfg.seed), cfg.fallback_policy, f"{cfg.policy}: {e}"
+
+
+class PolicySlot:
+    """The policy in force, its name and the fallback reason ("" when the configured one runs).
+
+    ``fixed`` (tests, benchmarks) pins a policy object: it is never reloaded from the config,
+    only checked against the topology."""
+
+    def __init__(self, config: Config, metrics: Metrics, log: Any, *, fixed: Policy | None = None) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.log = log
+        self._fixed = fixed
+        self.policy: Policy | None = fixed
+        self.name = getattr(fixed, "name", "") if fixed else ""
+        self.fallback = ""
+        self.load()
+
+    def load(self) -> None:
+        """(Re)load the configured policy, falling back when it cannot load."""
+        if self._fixed is not None:
+            return
+        self.policy, self.name, self.fallback = load_policy(self.config)
+        if self.fallback:
+            self._fell_back()
+        elif self.config.model and not is_learned(self.config.policy):
+            self.log.warning("config.model_unused", policy=self.config.policy, model=self.config.model)
+        self._metric()
+
+    def reload(self, config: Config) -> None:
+        """Take a new config; load the policy again only when its settings changed."""
+        old = self.config
+        self.config = config
+        if (config.policy, config.model, config.seed, config.fallback_policy) != (
+                old.policy, old.model, old.seed, old.fallback_policy):
+            self.load()
+
+    def check_fits(self, topology: Topology | None) -> None:
+        """A policy that cannot schedule this cluster (a fixed-size network on a larger one)
+        is replaced by the fallback, as a model that does not load is."""
+        reason = unsupported(self.policy, topology) if self.policy is not None and topology is not None else None
+        if reason:
+            self.fallback = f"{self.name}: {reason}"
+            self.name = self.config.fallback_policy
+            self.policy = make_policy(self.config.fallback_policy, seed=self.config.seed)
+            self._fell_back()
+            self._metric()
+
+    def decide(self, state: ClusterState) -> Plan:
+        """The policy's plan; one that raises is replaced by the fallback for this cycle."""
+        assert self.policy is not None
+        try:
+            return self.policy.decide(state)
+        except Exception as e:
+            self.metrics.errors.inc(kind="policy")
+            fallback = make_policy(self.config.fallback_policy, seed=self.config.seed)
+            self.log.error("policy.error", policy=self.name, error=f"{type(e).__name__}: {e}",
+                           using=self.config.fallback_policy)
+            return fallback.decide(state)
+
+    def _fell_back(self) -> None:
+        self.log.error("policy.fallback", configured=self.config.policy, using=self.name, reason=self.fallback)
+        self.metrics.errors.inc(kind="policy")
+
+    def _metric(self) -> None:
+        self.metrics.policy.clear()
+        self.metrics.policy.set(1, policy=self.name, fallback="1" if self.fallback else "0")
