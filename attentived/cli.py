@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
 
 import typer
 
@@ -66,18 +66,35 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 @app.callback()
 def main(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
-    log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error."),
-    log_json: Optional[bool] = typer.Option(None, "--log-json/--log-console", help="Log format; default JSON unless stderr is a terminal."),
+    log_level: str | None = typer.Option(
+        None, "--log-level", show_default=False,
+        help="debug, info, warning or error. Default: warning; for `start`, the config's log_level.",
+    ),
+    log_json: bool | None = typer.Option(
+        None, "--log-json/--log-console", show_default=False,
+        help="Log format. Default: JSON unless stderr is a terminal; for `start`, the config's log_format.",
+    ),
 ) -> None:
     from attentived.logs import configure
 
-    configure(log_level, log_json)
+    if log_level is not None:
+        if log_level.lower() not in LOG_LEVELS:
+            raise _fail(f"--log-level: must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
+        log_level = log_level.lower()
+    # Only what was given on the command line: `start` hands it to the daemon, where it wins
+    # over the config file (whose log_level / log_format apply when an option is absent).
+    ctx.obj = {"log_level": log_level, "log_format": None if log_json is None else ("json" if log_json else "console")}
+    configure(log_level or "warning", log_json)
 
 
-def _topology(cluster: Optional[Path], nodes: int, gpus_per_node: int, nodes_per_switch: int):
+def _topology(cluster: Path | None, nodes: int, gpus_per_node: int, nodes_per_switch: int):
     from attentived.topology import uniform
     from attentived.topology.cluster_file import load_cluster_file
 
@@ -91,27 +108,27 @@ def _topology(cluster: Optional[Path], nodes: int, gpus_per_node: int, nodes_per
 
 @app.command()
 def replay(
-    trace: Optional[Path] = typer.Argument(
+    trace: Path | None = typer.Argument(
         None,
         help="Trace CSV (generic, Philly, Tiresias or Alibaba GPU-2023; format detected from the header; .gz ok). "
         "Default: the bundled Philly sample.",
         show_default=False,
     ),
-    sample: Optional[str] = typer.Option(None, "--sample", help="Use a bundled trace instead: philly-sample, philly, tiresias-60."),
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster TOML file (see docs/cluster-file.md); overrides --nodes."),
+    sample: str | None = typer.Option(None, "--sample", help="Use a bundled trace instead: philly-sample, philly, tiresias-60."),
+    cluster: Path | None = typer.Option(None, "--cluster", help="Cluster TOML file (see docs/cluster-file.md); overrides --nodes."),
     nodes: int = typer.Option(4, "--nodes", help="Quick shape: number of nodes."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node (8 = two NVLink islands of 4)."),
     nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
     policy: list[str] = typer.Option(["all"], "--policy", "-p", help="Policy to run (repeat for several), or 'all'. See `attentived policies`."),
     seed: int = typer.Option(0, "--seed", help="Seed for modelled time limits, workload models and random placement."),
-    start: Optional[str] = typer.Option(None, "--start", help="Window start, from the trace's first submit (e.g. 3d, 36h, 5400)."),
-    end: Optional[str] = typer.Option(None, "--end", help="Window end, same units as --start."),
-    users: Optional[str] = typer.Option(None, "--users", help="Comma-separated users/tenants to keep."),
+    start: str | None = typer.Option(None, "--start", help="Window start, from the trace's first submit (e.g. 3d, 36h, 5400)."),
+    end: str | None = typer.Option(None, "--end", help="Window end, same units as --start."),
+    users: str | None = typer.Option(None, "--users", help="Comma-separated users/tenants to keep."),
     load_scale: float = typer.Option(1.0, "--load-scale", help="Multiply the arrival rate (2 = twice the offered load)."),
-    max_jobs: Optional[int] = typer.Option(None, "--max-jobs", help="Keep only the first N jobs after the other filters."),
+    max_jobs: int | None = typer.Option(None, "--max-jobs", help="Keep only the first N jobs after the other filters."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout (see README for the shape)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write metrics.json, jobs.csv and PNG plots into this folder."),
-    model: Optional[Path] = typer.Option(None, "--model", help="Model file for learned policies (default: the shipped model)."),
+    out: Path | None = typer.Option(None, "--out", help="Also write metrics.json, jobs.csv and PNG plots into this folder."),
+    model: Path | None = typer.Option(None, "--model", help="Model file for learned policies (default: the shipped model)."),
 ) -> None:
     """Replay a job trace in the simulator under one or more policies and compare them.
 
@@ -169,13 +186,14 @@ def replay(
 
 @app.command()
 def topology(
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster TOML file (see docs/cluster-file.md)."),
+    cluster: Path | None = typer.Option(None, "--cluster", help="Cluster TOML file (see docs/cluster-file.md)."),
     nodes: int = typer.Option(4, "--nodes", help="Quick shape: number of nodes."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node."),
     nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
     as_json: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
     slurm: bool = typer.Option(False, "--slurm", help="Live: used/free GPUs from Slurm, topology from the daemon's source (see --config)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Daemon config file (implies --slurm): its topology source, partitions and Slurm."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Daemon config file (implies --slurm): its topology source, partitions and "
+                                                                    "Slurm."),
 ) -> None:
     """Show the cluster as a tree: switches, nodes, NVLink islands, GPUs (--slurm: used/free)."""
     from attentived.topology.describe import as_dict
@@ -206,15 +224,19 @@ def policies() -> None:
 
 @app.command()
 def start(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Config file (default /etc/attentived/config.toml; built-in defaults when absent)."),
+    ctx: typer.Context,
+    config: Path | None = typer.Option(None, "--config", "-c", help="Config file (default /etc/attentived/config.toml; built-in defaults when "
+                                                                    "absent)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and log every action, change nothing in Slurm."),
     once: bool = typer.Option(False, "--once", help="Run one cycle and exit (for cron and debugging)."),
-    shadow: bool = typer.Option(False, "--shadow", help="Plan beside Slurm's own scheduler and record what Slurm does; change nothing (see shadow-report)."),
+    shadow: bool = typer.Option(False, "--shadow", help="Plan beside Slurm's own scheduler and record what Slurm does; change nothing (see "
+                                                        "shadow-report)."),
 ) -> None:
     """Run the scheduling daemon: every cycle, read Slurm, decide, make Slurm carry out the plan."""
     from attentived.daemon.service import main as daemon_main
 
-    code = daemon_main(config, dry_run=dry_run, once=once, shadow=shadow)
+    given = {k: v for k, v in (ctx.obj or {}).items() if v is not None}  # --log-level / --log-json|--log-console
+    code = daemon_main(config, dry_run=dry_run, once=once, shadow=shadow, **given)
     if code:
         raise typer.Exit(code)
 
@@ -223,7 +245,7 @@ def start(
 def compare(
     trace: list[Path] = typer.Option([], "--trace", "-t", help="Trace CSV (repeat for several)."),
     sample: list[str] = typer.Option([], "--sample", help="Bundled trace (repeat): philly-sample, philly, tiresias-60."),
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster TOML file; overrides --nodes."),
+    cluster: Path | None = typer.Option(None, "--cluster", help="Cluster TOML file; overrides --nodes."),
     nodes: int = typer.Option(4, "--nodes", help="Quick shape: number of nodes."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node."),
     nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
@@ -231,8 +253,8 @@ def compare(
     seeds: int = typer.Option(3, "--seeds", help="Seeds 0..N-1: each draws time limits, models and random placement."),
     window: list[str] = typer.Option([], "--window", help="START:END cut of every trace (repeat), e.g. 40d:41d."),
     load_scale: float = typer.Option(1.0, "--load-scale", help="Multiply the arrival rate."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Processes (default: CPU count)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write compare.json, summary.csv and PNG plots here."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes (default: CPU count)."),
+    out: Path | None = typer.Option(None, "--out", help="Write compare.json, summary.csv and PNG plots here."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
 ) -> None:
     """Run every policy on every trace and seed in parallel; mean and 95% CI per metric."""
@@ -261,20 +283,21 @@ def compare(
 
 @app.command()
 def train(
-    agent: str = typer.Option("attentive", "--agent", help="What to train: attentive (the dual attention agents), or a DRL baseline: deeprm, proximity-drl."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace to learn from (default: the bundled Philly dev trace)."),
+    agent: str = typer.Option("attentive", "--agent", help="What to train: attentive (the dual attention agents), or a DRL baseline: deeprm, "
+                                                           "proximity-drl."),
+    trace: Path | None = typer.Option(None, "--trace", help="Trace to learn from (default: the bundled Philly dev trace)."),
     days: str = typer.Option("0:30", "--days", help="START:END days of the trace to train on (hold out the rest for evaluation)."),
     steps: int = typer.Option(200_000, "--steps", help="PPO environment steps."),
     seed: int = typer.Option(1, "--seed", help="Seed for everything (windows, clusters, network init)."),
-    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="Stop after this many seconds, saving the best model."),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Checkpoints, metrics.csv/json and best.pt go here (default runs/AGENT)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also copy the best model to this file (e.g. model.pt)."),
+    time_budget: float | None = typer.Option(None, "--time-budget", help="Stop after this many seconds, saving the best model."),
+    out_dir: Path | None = typer.Option(None, "--out-dir", help="Checkpoints, metrics.csv/json and best.pt go here (default runs/AGENT)."),
+    out: Path | None = typer.Option(None, "--out", help="Also copy the best model to this file (e.g. model.pt)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT_DIR/checkpoint.pt."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar with running reward and metrics."),
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML of PPOConfig settings and [reward] weights (options given here win)."),
-    reward_jct: Optional[float] = typer.Option(None, "--reward-jct", help="Weight of the JCT/wait reward term (default 1)."),
-    reward_fairness: Optional[float] = typer.Option(None, "--reward-fairness", help="Weight of the fairness term over users' waits (default 2)."),
-    reward_comm: Optional[float] = typer.Option(None, "--reward-comm", help="Weight of the communication-cost term (default 2)."),
+    config: Path | None = typer.Option(None, "--config", help="TOML of PPOConfig settings and [reward] weights (options given here win)."),
+    reward_jct: float | None = typer.Option(None, "--reward-jct", help="Weight of the JCT/wait reward term (default 1)."),
+    reward_fairness: float | None = typer.Option(None, "--reward-fairness", help="Weight of the fairness term over users' waits (default 2)."),
+    reward_comm: float | None = typer.Option(None, "--reward-comm", help="Weight of the communication-cost term (default 2)."),
 ) -> None:
     """Train the attentive job and GPU agents, or a DRL baseline, with PPO (CPU works; a GPU
     is used when present).
@@ -328,13 +351,13 @@ def train(
 @app.command()
 def evaluate(
     model: Path = typer.Argument(..., help="Model file (attentive-default.pt or one from `attentived train`)."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace to evaluate on (default: Philly days 40-47, held out from training)."),
-    start: Optional[str] = typer.Option(None, "--start", help="Window start (e.g. 40d); default 40d for the bundled Philly trace."),
-    end: Optional[str] = typer.Option(None, "--end", help="Window end (e.g. 47d); default 47d for the bundled Philly trace."),
+    trace: Path | None = typer.Option(None, "--trace", help="Trace to evaluate on (default: Philly days 40-47, held out from training)."),
+    start: str | None = typer.Option(None, "--start", help="Window start (e.g. 40d); default 40d for the bundled Philly trace."),
+    end: str | None = typer.Option(None, "--end", help="Window end (e.g. 47d); default 47d for the bundled Philly trace."),
     nodes: int = typer.Option(16, "--nodes", help="Quick shape: number of nodes."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Quick shape: GPUs per node."),
     nodes_per_switch: int = typer.Option(4, "--nodes-per-switch", help="Quick shape: nodes under each leaf switch."),
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster TOML file; overrides --nodes."),
+    cluster: Path | None = typer.Option(None, "--cluster", help="Cluster TOML file; overrides --nodes."),
     policy: list[str] = typer.Option([], "--policy", "-p", help="Baselines to compare with (repeat); default every preset."),
     seeds: int = typer.Option(1, "--seeds", help="Average over seeds 0..N-1 (time limits and models are redrawn)."),
     as_json: bool = typer.Option(False, "--json", help="Print the same JSON shape as `replay --json` (means over seeds)."),
@@ -353,14 +376,14 @@ def evaluate(
         if not model.is_file():
             raise _fail(f"{model}: no such model file")
         bundled = trace is None
-        window = {}
+        window: dict[str, float | None] = {"start": None, "end": None}
         for opt, val, default in (("start", start, "40d"), ("end", end, "47d")):
             if val is not None or bundled:
                 try:
                     window[opt] = parse_duration(val if val is not None else default)
                 except ValueError as e:
                     raise _fail(f"--{opt}: {e}") from None
-        tr = load_trace(sample_path("philly") if bundled else trace, **window)
+        tr = load_trace(sample_path("philly") if trace is None else trace, start=window["start"], end=window["end"])
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
         ev = run_evaluation(model, tr, topo, seeds=tuple(range(seeds)), baselines=policy or tuple(PRESETS))
     doc = ev.as_json()
@@ -390,7 +413,7 @@ def _ops_error(e: Exception, as_json: bool) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _ops_config(config: Optional[Path], as_json: bool):
+def _ops_config(config: Path | None, as_json: bool):
     from attentived.ops.inspect import InspectError, load_config
 
     try:
@@ -399,7 +422,7 @@ def _ops_config(config: Optional[Path], as_json: bool):
         raise _ops_error(e, as_json) from None
 
 
-def _ops_time(value: Optional[str], option: str, as_json: bool) -> Optional[float]:
+def _ops_time(value: str | None, option: str, as_json: bool) -> float | None:
     from attentived.ops.inspect import InspectError, parse_time
 
     if value is None:
@@ -412,7 +435,7 @@ def _ops_time(value: Optional[str], option: str, as_json: bool) -> Optional[floa
 
 @app.command()
 def status(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     no_slurm: bool = typer.Option(False, "--no-slurm", help="Do not contact Slurm (scontrol ping)."),
 ) -> None:
@@ -434,7 +457,7 @@ def status(
 
 @app.command()
 def queue(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the queue as JSON."),
     limit: int = typer.Option(200, "--limit", help="Show at most this many jobs."),
 ) -> None:
@@ -458,7 +481,7 @@ def queue(
 @app.command()
 def explain(
     job: str = typer.Argument(..., help="Slurm job id."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
 ) -> None:
     """Why a job is where it is: rank and probability, competing jobs (attention), chosen GPUs
@@ -478,9 +501,9 @@ def explain(
 
 @app.command()
 def decisions(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
-    since: Optional[str] = typer.Option(None, "--since", help="Only after this time: 30m, 2h, 1d (ago), 2026-11-29T22:00, Unix seconds."),
-    job: Optional[str] = typer.Option(None, "--job", "-j", help="Only this job: its actions, placement and place in each plan."),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    since: str | None = typer.Option(None, "--since", help="Only after this time: 30m, 2h, 1d (ago), 2026-11-29T22:00, Unix seconds."),
+    job: str | None = typer.Option(None, "--job", "-j", help="Only this job: its actions, placement and place in each plan."),
     limit: int = typer.Option(50, "--limit", help="At most this many cycles / actions / plans."),
     as_json: bool = typer.Option(False, "--json", help="Print the journal extract as JSON."),
 ) -> None:
@@ -504,7 +527,7 @@ app.add_typer(config_app, name="config")
 
 @config_app.command("check")
 def config_check(
-    file: Optional[Path] = typer.Argument(None, help="Config file (default /etc/attentived/config.toml)."),
+    file: Path | None = typer.Argument(None, help="Config file (default /etc/attentived/config.toml)."),
     no_slurm: bool = typer.Option(False, "--no-slurm", help="Check the file only, not the Slurm it points at."),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
 ) -> None:
@@ -525,12 +548,12 @@ def config_check(
 
 @app.command("shadow-report")
 def shadow_report(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
-    since: Optional[str] = typer.Option(None, "--since", help="Jobs submitted after this time (30m, 2h, 1d ago, ISO, Unix seconds)."),
-    until: Optional[str] = typer.Option(None, "--until", help="... and before this time (default now)."),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    since: str | None = typer.Option(None, "--since", help="Jobs submitted after this time (30m, 2h, 1d ago, ISO, Unix seconds)."),
+    until: str | None = typer.Option(None, "--until", help="... and before this time (default now)."),
     policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to project (repeat); default the configured one."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for modelled time limits and workload models (default the config's)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write report.json, jobs.csv and shadow-report.png here."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed for modelled time limits and workload models (default the config's)."),
+    out: Path | None = typer.Option(None, "--out", help="Write report.json, jobs.csv and shadow-report.png here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Compare Slurm as observed in shadow mode with attentived's policy replayed on the same
@@ -591,11 +614,11 @@ app.add_typer(trace_app, name="trace")
 @trace_app.command("export")
 def trace_export(
     output: Path = typer.Option(..., "--output", "-o", help="CSV file to write (generic trace format; written atomically)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
-    since: Optional[str] = typer.Option(None, "--since", help="Jobs submitted after this time (30m, 2h, 7d ago, ISO, Unix seconds)."),
-    until: Optional[str] = typer.Option(None, "--until", help="... and before this time (default now)."),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    since: str | None = typer.Option(None, "--since", help="Jobs submitted after this time (30m, 2h, 7d ago, ISO, Unix seconds)."),
+    until: str | None = typer.Option(None, "--until", help="... and before this time (default now)."),
     hash_users: bool = typer.Option(False, "--hash-users", help="Replace user names by salted hashes."),
-    salt: Optional[str] = typer.Option(None, "--salt", help="Salt for --hash-users (or $ATTENTIVED_TRACE_SALT); default random."),
+    salt: str | None = typer.Option(None, "--salt", help="Salt for --hash-users (or $ATTENTIVED_TRACE_SALT); default random."),
     as_json: bool = typer.Option(False, "--json", help="Print the export summary as JSON on stdout."),
 ) -> None:
     """Export finished GPU jobs (sacct, else the job-completion file + squeue) as a trace that
@@ -614,7 +637,7 @@ def trace_export(
     typer.echo(render_ops.to_json(doc)) if as_json else render_ops.export_summary(doc)
 
 
-def _topology_live(config: Optional[Path], as_json: bool) -> None:
+def _topology_live(config: Path | None, as_json: bool) -> None:
     """`attentived topology --slurm`: the daemon's topology with used/free GPUs from Slurm."""
     from attentived.ops import inspect as ins
 
@@ -638,11 +661,14 @@ def _topology_live(config: Optional[Path], as_json: bool) -> None:
 def demo(
     jobs: int = typer.Option(40, "--jobs", help="Jobs in the workload (a window of the bundled Philly trace)."),
     users: int = typer.Option(3, "--users", help="Demo users the trace's tenants are mapped onto (1-3: alice, bob, carol)."),
-    time_scale: Optional[float] = typer.Option(None, "--time-scale", help="Trace seconds per demo second for job durations (default: picked so each run takes about two minutes)."),
-    policy: Optional[str] = typer.Option(None, "--policy", help="attentived's policy (default: attentive when its shipped model is there, else fifo+consolidate)."),
+    time_scale: float | None = typer.Option(None, "--time-scale", help="Trace seconds per demo second for job durations (default: picked so each "
+                                                                       "run takes about two minutes)."),
+    policy: str | None = typer.Option(None, "--policy", help="attentived's policy (default: attentive when its shipped model is there, else "
+                                                             "fifo+consolidate)."),
     seed: int = typer.Option(0, "--seed", help="Picks the trace window and the jobs' models."),
-    keep_cluster: bool = typer.Option(False, "--keep-cluster", help="Leave the demo's Slurm running afterwards (. /tmp/attentived-demo/env.sh; squeue -t all)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write demo.json, jobs.csv, Slurm's raw records, the daemon's log and PNG plots here."),
+    keep_cluster: bool = typer.Option(False, "--keep-cluster", help="Leave the demo's Slurm running afterwards (. /tmp/attentived-demo/env.sh; "
+                                                                    "squeue -t all)."),
+    out: Path | None = typer.Option(None, "--out", help="Also write demo.json, jobs.csv, Slurm's raw records, the daemon's log and PNG plots here."),
 ) -> None:
     """Run one workload on a local 4-node Slurm twice: Slurm alone, then steered live by attentived.
 
@@ -651,7 +677,7 @@ def demo(
     slowdown and makespan of both runs next to the simulator's prediction. Exit 1 when a run
     failed, 2 for bad options, 3 when this machine cannot run the cluster, 130 on Ctrl-C.
     """
-    from attentived.ops.demo import EXIT_INTERRUPTED, DemoError, DemoOptions, run_demo
+    from attentived.ops.demo.runs import EXIT_INTERRUPTED, DemoError, DemoOptions, run_demo
 
     from .render_demo import live_view, result_table, write_outputs
 

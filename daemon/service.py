@@ -20,15 +20,16 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 
 from . import config as cfgmod
 from . import log as dlog
 from .backend import Backend
-from .cycle import Engine
+from .cycle import CycleRunner
 from .notify import Notifier
 from .prom import Metrics, MetricsServer
 
@@ -48,10 +49,13 @@ class _StdlibToStructlog(logging.Handler):
 class Service:
     def __init__(self, config_path: str | os.PathLike[str] | None = None, *, dry_run: bool | None = None,
                  config: cfgmod.Config | None = None, backend: Backend | None = None,
-                 notifier: Notifier | None = None, engine_factory: Callable[..., Engine] | None = None,
-                 shadow: bool = False) -> None:
+                 notifier: Notifier | None = None, runner_factory: Callable[..., CycleRunner] | None = None,
+                 shadow: bool = False, overrides: dict[str, Any] | None = None) -> None:
         self.config_path = None if config_path is None else str(config_path)
-        self.overrides: dict[str, Any] = {} if dry_run is None else {"dry_run": bool(dry_run)}
+        # Keys set on the command line: they win over the file, and over it again at each reload.
+        self.overrides: dict[str, Any] = dict(overrides or {})
+        if dry_run is not None:
+            self.overrides["dry_run"] = bool(dry_run)
         if shadow:  # shadow = plan + journal + observe, never apply
             self.overrides["dry_run"] = True
         base = config if config is not None else cfgmod.load(self.config_path)
@@ -67,8 +71,8 @@ class Service:
         self.notifier = notifier or Notifier()
         self.metrics = Metrics()
         self.metrics_server: MetricsServer | None = None
-        self.engine = (engine_factory or Engine)(self.config, backend=backend, metrics=self.metrics, notifier=self.notifier)
-        self.engine.shadow = bool(shadow)
+        self.runner = (runner_factory or CycleRunner)(self.config, backend=backend, metrics=self.metrics, notifier=self.notifier)
+        self.runner.shadow = bool(shadow)
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._scheduler: Any = None
@@ -79,7 +83,7 @@ class Service:
         """One scheduled cycle plus the systemd notifications that go with it."""
         if self._stop.is_set():
             return
-        res = self.engine.run_cycle()
+        res = self.runner.run_cycle()
         self.cycles += 1
         if res.snapshot_ok and not self.notifier.ready_sent:
             self.notifier.ready(status=f"first cycle {'ok' if res.ok else 'failed'}")
@@ -92,23 +96,25 @@ class Service:
 
     def permissions_ok(self) -> bool:
         """Live mode only: refuse to start without the Slurm rights the daemon's writes need."""
-        problem = self.engine.permission_problem()
+        problem = self.runner.permission_problem()
         if problem:
             self.log.error("startup.permission_denied", error=problem)
             print(f"attentived: error: {problem}", file=sys.stderr)
         return not problem
 
     def run_once(self) -> int:
-        self.log.info("service.once", config=self.config.source, dry_run=self.config.dry_run, mode=self.engine.mode)
+        self.log.info("service.once", config=self.config.source, dry_run=self.config.dry_run, mode=self.runner.mode)
         if not self.permissions_ok():
             self._close()
             return EXIT_FAILED
         try:
-            res = self.engine.run_cycle()
+            res = self.runner.run_cycle()
             if res.snapshot_ok:
                 self.notifier.ready(status="once")
         finally:
             self._close()
+        if not res.ok:
+            print(f"attentived: error: {_once_failure(res, self.config)}", file=sys.stderr)
         return EXIT_OK if res.ok else EXIT_FAILED
 
     # ---- forever ------------------------------------------------------------------------
@@ -121,15 +127,15 @@ class Service:
             return EXIT_FAILED
         self._install_signals()
         self._start_metrics()
-        self.log.info("service.start", config=self.config.source, policy=self.engine.policy_name,
-                      interval=self.config.interval, dry_run=self.config.dry_run, mode=self.engine.mode,
+        self.log.info("service.start", config=self.config.source, policy=self.runner.policy_name,
+                      interval=self.config.interval, dry_run=self.config.dry_run, mode=self.runner.mode,
                       partitions=list(self.config.partitions), hold_mode=self.config.hold_mode,
                       metrics=f"{self.config.metrics_address}:{self.metrics_server.port}" if self.metrics_server else None,
                       pid=os.getpid())
-        sched = BackgroundScheduler(timezone=_dt.timezone.utc)
+        sched = BackgroundScheduler(timezone=_dt.UTC)
         sched.add_job(self.tick, IntervalTrigger(seconds=self.config.interval), id="cycle", max_instances=1,
                       coalesce=True, misfire_grace_time=max(1, int(self.config.interval)),
-                      next_run_time=_dt.datetime.now(_dt.timezone.utc))
+                      next_run_time=_dt.datetime.now(_dt.UTC))
         self._scheduler = sched
         sched.start()
         try:
@@ -143,7 +149,7 @@ class Service:
             self.notifier.stopping()
             sched.shutdown(wait=True)  # the running cycle finishes
             if self.config.hand_back_on_exit and not self.config.dry_run:
-                outcomes = self.engine.hand_back()
+                outcomes = self.runner.hand_back()
                 self.log.info("service.handed_back", actions=len(outcomes), failed=sum(1 for o in outcomes if not o.ok))
             self._close()
             self.log.info("service.stopped")
@@ -164,7 +170,7 @@ class Service:
             self.notifier.send("READY=1", "STATUS=config reload rejected; old config kept")
             return False
         old = self.config
-        self.engine.reload(new)
+        self.runner.reload(new)
         self.config = new
         if (new.log_level, new.log_format) != (old.log_level, old.log_format):
             dlog.configure(new.log_level, new.log_format)
@@ -212,27 +218,43 @@ class Service:
         if self.metrics_server:
             self.metrics_server.stop()
             self.metrics_server = None
-        close = getattr(self.engine.backend, "close", None)
+        close = getattr(self.runner.backend, "close", None)
         if close:
             close()
-        observer = getattr(self.engine, "_observer", None)
+        observer = getattr(self.runner, "_observer", None)
         if observer is not None:
             observer.close()
-        self.engine.journal.close()
+        self.runner.journal.close()
+
+
+def _once_failure(res: Any, cfg: cfgmod.Config) -> str:
+    """One plain line for a failed ``--once`` cycle: the error, and what to check."""
+    error = " ".join(res.error.split())
+    if res.snapshot_ok:
+        return f"the cycle failed ({res.error_kind}): {error}"
+    where = "built-in defaults, no config file" if cfg.source == "(defaults)" else cfg.source
+    conf = f"'{cfg.slurm_conf}'" if cfg.slurm_conf else "not set"
+    env = f"'{os.environ['SLURM_CONF']}'" if os.environ.get("SLURM_CONF") else "not set"
+    what = {"slurm": "could not read Slurm", "topology": "could not read the cluster's topology"}
+    return (f"{what.get(res.error_kind, f'the cycle failed ({res.error_kind})')}: {error}; check slurm_conf in the "
+            f"config ({where}: {conf}), the SLURM_CONF environment variable ({env}), and that slurmctld is running "
+            f"(scontrol ping)")
 
 
 def main(config_path: str | os.PathLike[str] | None = None, *, dry_run: bool = False, once: bool = False,
-         shadow: bool = False) -> int:
+         shadow: bool = False, log_level: str | None = None, log_format: str | None = None) -> int:
     """``attentived start``: exit 0 on a clean stop (or a good ``--once`` cycle), 1 when the
     cycle failed, 2 for an invalid config. ``shadow``: plan and record beside Slurm's own
-    scheduler, change nothing (``attentived shadow-report`` reads what it recorded)."""
+    scheduler, change nothing (``attentived shadow-report`` reads what it recorded).
+    ``log_level`` / ``log_format``: given on the command line, they win over the config's."""
     try:
         base = cfgmod.load(None if config_path is None else Path(config_path))
     except cfgmod.ConfigError as e:
         print(f"attentived: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        service = Service(config_path, dry_run=True if dry_run else None, config=base, shadow=shadow)
+        given = {k: v for k, v in (("log_level", log_level), ("log_format", log_format)) if v is not None}
+        service = Service(config_path, dry_run=True if dry_run else None, config=base, shadow=shadow, overrides=given)
     except (OSError, ValueError) as e:
         print(f"attentived: error: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from attentived.simulator.metrics import SUMMARY_KEYS
 from attentived.simulator.samples import sample_path
 
@@ -158,3 +159,70 @@ def test_train_a_drl_baseline_from_the_command_line(tmp_path):
     r = cli("replay", "--sample", "tiresias-60", "--policy", "deeprm", "--model", str(tmp_path / "run" / "best.pt"), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["policies"]["deeprm"]["jobs"] == 60
+
+
+# ---- start: logging options vs the config file, and a Slurm that cannot be reached ------------------
+
+_NO_CONTROLLER = "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)"
+
+
+def _unreachable_slurm(tmp_path: Path, **keys: str) -> Path:
+    """A config whose Slurm commands (slurm_bin_dir) all fail as they do when slurmctld is down."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("scontrol", "squeue", "sinfo"):
+        script = bin_dir / name
+        script.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'slurm 24.11.1'; exit 0; }\n"
+                          f"echo '{name}: error: {_NO_CONTROLLER}' >&2\nexit 1\n")
+        script.chmod(0o755)
+    conf = tmp_path / "config.toml"
+    lines = [f'slurm_bin_dir = "{bin_dir}"', 'slurm_conf = "/nonexistent/slurm.conf"',
+             f'state_dir = "{tmp_path / "state"}"', *(f'{k} = "{v}"' for k, v in keys.items())]
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+def _log_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if not line.startswith("attentived: error:")]
+
+
+@pytest.mark.parametrize("fmt, level", [("json", "info"), ("console", "error")])
+def test_start_log_options_beat_the_config_and_the_config_applies_without_them(tmp_path, fmt, level):
+    conf = _unreachable_slurm(tmp_path, log_format=fmt, log_level=level)
+    as_json = lambda lines: bool(lines) and all(line.startswith("{") for line in lines)  # noqa: E731
+
+    # No option: the config's format and level.
+    lines = _log_lines(cli("start", "--once", "--dry-run", "-c", str(conf)).stderr)
+    assert as_json(lines) == (fmt == "json")
+    assert any("service.once" in line for line in lines) == (level == "info")
+    assert any("cycle.error" in line for line in lines)
+
+    # Explicit options: the other format and level win over the file.
+    other_fmt, other_level = ("--log-console", "error") if fmt == "json" else ("--log-json", "info")
+    r = cli("--log-level", other_level, other_fmt, "start", "--once", "--dry-run", "-c", str(conf))
+    lines = _log_lines(r.stderr)
+    assert as_json(lines) == (fmt != "json"), r.stderr
+    assert any("service.once" in line for line in lines) == (other_level == "info"), r.stderr
+    assert any("cycle.error" in line for line in lines)
+
+
+def test_bad_log_level_is_exit_2():
+    r = cli("--log-level", "loud", "policies")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "attentived: error: --log-level: must be one of debug, info, warning, error, got 'loud'")
+
+
+def test_start_once_without_slurm_ends_with_one_plain_error_line(tmp_path):
+    conf = _unreachable_slurm(tmp_path)
+    r = cli("start", "--once", "--dry-run", "-c", str(conf))
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("attentived: error: could not read Slurm: ") and _NO_CONTROLLER in last
+    assert f"slurm_conf in the config ({conf}: '/nonexistent/slurm.conf')" in last
+    assert "SLURM_CONF environment variable" in last and "slurmctld is running" in last
+    assert sum(line.startswith("attentived: error:") for line in r.stderr.splitlines()) == 1
+
+    (tmp_path / "bin" / "scontrol").unlink()  # no Slurm commands at all
+    r = cli("start", "--once", "--dry-run", "-c", str(conf))
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 1 and "scontrol: command not found" in last and "slurmctld is running" in last
