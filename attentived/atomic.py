@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def write_folder(out: Path, fill: Callable[[Path], None]) -> list[Path]:

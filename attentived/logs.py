@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Sequence, TextIO, cast
+from collections.abc import Sequence
+from typing import Any, TextIO, cast
 
 import structlog
 from structlog.typing import Processor

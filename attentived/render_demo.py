@@ -8,9 +8,10 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -266,7 +267,8 @@ def _plots(result: DemoResult, folder: Path) -> list[Path]:
 
     users = result.workload.users
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    bars = [(run.title + " (live)", run.summary.get("user_mean_wait", {}), colors[n], None) for n, run in result.runs.items()]
+    bars: list[tuple[str, Any, str, str | None]] = [
+        (run.title + " (live)", run.summary.get("user_mean_wait", {}), colors[n], None) for n, run in result.runs.items()]
     bars += [(run.title + " (sim)", run.predicted.get("user_mean_wait", {}), colors[n], "//") for n, run in result.runs.items()]
     width = 0.8 / len(bars)
     for k, (label, waits, color, hatch) in enumerate(bars):
@@ -285,7 +287,7 @@ def _plots(result: DemoResult, folder: Path) -> list[Path]:
     fig, axes = plt.subplots(len(result.runs), 1, figsize=(10, 3.2 * len(result.runs)), sharex=True)
     axes = np.atleast_1d(axes)
     ucolor = {u: c for u, c in zip(users, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"))}
-    for ax, (name, run) in zip(axes, result.runs.items()):
+    for ax, run in zip(axes, result.runs.values()):
         for r in run.records:
             slow = r.runtime / r.ideal_duration if r.ideal_duration else 1.0
             for g in r.gpus:

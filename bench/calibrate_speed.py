@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from attentived.topology import Bandwidths, Node, Topology, uniform
 from attentived.topology.speed import (
     POLLUX_TESTBED_BANDWIDTHS,
@@ -175,7 +176,8 @@ def cnn_profiles() -> list[CnnProfile]:
         gmacs, param_mb = float(row["flops (GFLOPS)"]), float(row["param mem (MB)"])
         compute = 2 * gmacs * 3 * CNN_BATCH / (CNN_TFLOPS * 1e3)
         profile = ModelProfile(name, compute, param_mb / 1024)
-        out.append(CnnProfile(profile, f"{row_name}: {gmacs:g} GMAC x2 x3 x{CNN_BATCH} / {CNN_TFLOPS:g} TFLOP/s; {param_mb:g} MB fp32", gmacs, param_mb))
+        source = f"{row_name}: {gmacs:g} GMAC x2 x3 x{CNN_BATCH} / {CNN_TFLOPS:g} TFLOP/s; {param_mb:g} MB fp32"
+        out.append(CnnProfile(profile, source, gmacs, param_mb))
     return out
 
 
@@ -187,7 +189,8 @@ def write_models(pollux: Sequence[PolluxFit], cnns: Sequence[CnnProfile]) -> Pat
         for fit in pollux:
             p = fit.shipped
             w.writerow([p.name, f"{p.compute_s:.6g}", f"{p.grad_gbytes:.6g}",
-                        f"pollux/{fit.app}-placements.csv local_bsz={fit.local_bsz}; rebased x{REFERENCE_BANDWIDTHS.network / POLLUX_TESTBED_BANDWIDTHS.network:g} to the reference network"])
+                        f"pollux/{fit.app}-placements.csv local_bsz={fit.local_bsz}; rebased "
+                        f"x{REFERENCE_BANDWIDTHS.network / POLLUX_TESTBED_BANDWIDTHS.network:g} to the reference network"])
         for c in cnns:
             p = c.profile
             w.writerow([p.name, f"{p.compute_s:.6g}", f"{p.grad_gbytes:.6g}", c.source])

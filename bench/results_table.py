@@ -106,7 +106,7 @@ def markdown(cmp_result, cluster_text: str) -> str:
         lines.append("|---|" + "---:|" * len(COLUMNS))
         per = stats[wl.label]
         best = {}
-        for _, m, kind in COLUMNS:
+        for _, m, _kind in COLUMNS:
             if m is None:
                 continue
             vals = [per[p][m].mean for p in cmp_result.policies]
@@ -150,10 +150,13 @@ def main(argv=None) -> None:
         topo = uniform(cluster["nodes"], cluster["gpus_per_node"], nodes_per_switch=cluster["nodes_per_switch"])
         workloads = [w for path, windows in sources for w in cmp.load_workloads([path], windows)]
         t = time.time()
-        done = []
-        res = cmp.compare(workloads, topo, policies, list(range(a.seeds)), workers=a.workers,
-                          on_done=lambda r: (done.append(r), print(f"  {len(done):3d} {r.workload} {r.policy} seed {r.seed}: "
-                                                                   f"{r.wall_seconds:.1f}s", file=sys.stderr, flush=True)))
+        done: list[cmp.RunResult] = []
+
+        def report(r: cmp.RunResult, done: list[cmp.RunResult] = done) -> None:
+            done.append(r)
+            print(f"  {len(done):3d} {r.workload} {r.policy} seed {r.seed}: {r.wall_seconds:.1f}s", file=sys.stderr, flush=True)
+
+        res = cmp.compare(workloads, topo, policies, list(range(a.seeds)), workers=a.workers, on_done=report)
         cmp.write_outputs(res, out / name)
         print(f"{name}: {time.time() - t:.0f}s", file=sys.stderr)
         cluster_text = f"{cluster['nodes']} nodes x {cluster['gpus_per_node']} GPUs"

@@ -29,6 +29,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
+
     from attentived.agents.checkpoint import load_model
 
     best, summary = args.run_dir / "best.pt", json.loads((args.run_dir / "summary.json").read_text())

@@ -15,7 +15,8 @@ Backends, each in its own module:
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from .records import (
     CommandResult,

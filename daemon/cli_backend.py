@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import scontrol_text, slurm_json
 from .backend import BackendMixin
@@ -24,6 +24,7 @@ from .records import (
     JobUpdate,
     SlurmCommandError,
     SlurmError,
+    SlurmParseError,
     SlurmUnavailable,
     SlurmVersion,
     Snapshot,
@@ -103,6 +104,8 @@ class CliBackend(BackendMixin):
                 self._version = SlurmVersion.parse(self.run(["scontrol", "--version"]).stdout)
             except SlurmError:
                 self._version = slurm_json.parse_squeue(self.run(["squeue", "--json", "-t", "all"]).stdout).version
+        if self._version is None:
+            raise SlurmParseError("squeue --json", "no Slurm version in the output")
         return self._version
 
     def config(self) -> dict[str, str]:

@@ -21,8 +21,9 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cycles (
@@ -118,11 +119,11 @@ class Journal:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._db.execute(sql, args)
             cols = [c[0] for c in cur.description or ()]
-            return [dict(zip(cols, row)) for row in cur.fetchall()]  # type: ignore[misc]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
 
     # ---- writing --------------------------------------------------------------------------
     def record_cycle(self, cycle_id: str, *, started: float, duration: float, policy: str, mode: str,
@@ -202,7 +203,8 @@ class Journal:
 
     def actions(self, *, since: float | None = None, job: str | None = None, cycle: str | None = None,
                 limit: int = 1000) -> list[dict[str, Any]]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if since is not None:
             where.append("ts >= ?")
             args.append(since)

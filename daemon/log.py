@@ -7,7 +7,8 @@ outside any cycle (start-up, signals, shutdown) carry ``cycle_id: "-"``.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, TextIO
+from collections.abc import Iterator, MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
@@ -16,7 +17,7 @@ from attentived import logs
 NO_CYCLE = "-"
 
 
-def _cycle_id(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+def _cycle_id(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     event.setdefault("cycle_id", NO_CYCLE)
     return event
 

@@ -16,8 +16,8 @@ Metrics (all prefixed ``attentived_``):
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterable
 
 _BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -134,7 +134,8 @@ class Metrics:
         self.placements = Counter(p + "placements_total", "Started jobs by how their placement matched the plan.", ["match"])
         self.last_cycle = Gauge(p + "last_cycle_timestamp_seconds", "Unix time of the last finished cycle.")
         self.up = Gauge(p + "slurm_up", "1 when the last snapshot of Slurm succeeded.")
-        self.policy = Gauge(p + "policy_info", "The policy in use (value 1); fallback=1 when the configured one failed to load.", ["policy", "fallback"])
+        self.policy = Gauge(p + "policy_info", "The policy in use (value 1); fallback=1 when the configured one failed to load.",
+                            ["policy", "fallback"])
         self.dry_run = Gauge(p + "dry_run", "1 when the daemon changes nothing in Slurm.")
         self._all = [self.cycle_duration, self.phase, self.cycles, self.errors, self.actions, self.queue, self.pending,
                      self.running, self.free_gpus, self.holds, self.placements, self.last_cycle, self.up, self.policy,

@@ -15,7 +15,8 @@ project's test cluster (Debian's Slurm 22.05 / 24.11 ship no matching pyslurm).
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .cli_backend import CliBackend
 from .records import CommandResult, JobUpdate, SlurmUnavailable
@@ -23,7 +24,7 @@ from .records import CommandResult, JobUpdate, SlurmUnavailable
 
 def _import_pyslurm() -> Any:
     try:
-        import pyslurm  # type: ignore[import-not-found]
+        import pyslurm
     except Exception as e:  # ImportError, or a shared-library mismatch raising OSError
         raise SlurmUnavailable(
             f"backend 'pyslurm' needs the pyslurm package built for this Slurm ({type(e).__name__}: {e}); "

@@ -35,7 +35,8 @@ JOB_KEYS = (
     "AdminComment", "Comment", "StdErr", "StdIn", "StdOut", "Power", "TresPerNode", "TresPerJob",
     "TresPerTask", "TresPerSocket", "MailUser", "MailType",
 )
-_JOB_FREE_TEXT = frozenset({"JobName", "Comment", "AdminComment", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "Reason", "MailUser", "Dependency", "Features"})
+_JOB_FREE_TEXT = frozenset({"JobName", "Comment", "AdminComment", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "Reason",
+                            "MailUser", "Dependency", "Features"})
 _JOB_GROUP = ("Nodes", "CPU_IDs", "Mem", "GRES")  # repeated once per node group with -d
 
 _KEY = re.compile(r"^([A-Za-z][A-Za-z0-9_:/().]*)=(.*)$", re.S)

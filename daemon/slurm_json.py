@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from attentived.topology import hostlist
 
@@ -93,8 +94,8 @@ def version_of(meta: Any) -> SlurmVersion | None:
     v = block.get("version")
     if isinstance(v, dict):
         try:
-            return SlurmVersion(int(v.get("major")), int(v.get("minor")), int(v.get("micro") or 0))
-        except (TypeError, ValueError):
+            return SlurmVersion(int(v["major"]), int(v["minor"]), int(v.get("micro") or 0))
+        except (KeyError, TypeError, ValueError):
             pass
     release = block.get("release")
     if isinstance(release, str):

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 import numpy as np
+
 from attentived.agents.state import ClusterState, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 

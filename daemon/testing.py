@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .backend import BackendMixin
 from .records import (

@@ -10,9 +10,9 @@ switch); a missing gres.conf is an error that says which path was tried.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from attentived.topology import Topology, load_cluster_file, topology_from_slurm
 

@@ -30,6 +30,7 @@ import re
 from typing import Any
 
 import numpy as np
+
 from attentived.agents.order import estimated_runtime
 from attentived.agents.registry import PLACERS
 from attentived.agents.state import ClusterState, PendingJob
@@ -187,7 +188,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
     by_id = {j.job_id: j for j in state.pending}
 
     if job_id in starts:
-        decision = {"action": "start", "when": state.now}
+        decision: dict[str, Any] = {"action": "start", "when": state.now}
         chosen = tuple(starts[job_id].gpus)
     elif job_id in holds:
         decision = {"action": "hold", "when": holds[job_id].expected_start}
@@ -272,8 +273,8 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
     known = {re.sub(r"[^a-z0-9]", "", n.lower()) for n in speed.profiles}
     declared = bool(job.model) and re.sub(r"[^a-z0-9]", "", (job.model or "").lower()) in known
     return {
-        "job": {**base, "model": job.model, "speed_profile": model, "speed_profile_declared": declared, "estimated_runtime": est if math.isfinite(est) else None,
-                "waited": job.waited(state.now)},
+        "job": {**base, "model": job.model, "speed_profile": model, "speed_profile_declared": declared,
+                "estimated_runtime": est if math.isfinite(est) else None, "waited": job.waited(state.now)},
         "status": "pending",
         "summary": summary,
         "policy": name, "policy_fallback": fallback or None, "learned": learned,

@@ -40,9 +40,10 @@ import re
 import secrets
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from attentived.daemon import config as cfgmod
 from attentived.daemon.backend import Backend
@@ -330,7 +331,8 @@ def export_trace(cfg: cfgmod.Config, out: str | os.PathLike[str], *, since: floa
         if not f.ran:
             skipped["never_ran" if f.state else "unfinished"] += 1
             continue
-        submit = f.submit if f.submit is not None and f.submit <= f.start else f.start  # type: ignore[operator]
+        assert f.start is not None  # f.ran
+        submit = f.submit if f.submit is not None and f.submit <= f.start else f.start
         if (since is not None and submit < since) or submit >= until:
             skipped["outside_window"] += 1
             continue

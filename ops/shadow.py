@@ -32,25 +32,24 @@ import dataclasses
 import json
 import math
 import os
-import sqlite3
-import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
+
 from attentived.agents.policy import Policy
+from attentived.agents.state import PendingJob
+from attentived.atomic import write_folder
 from attentived.daemon.observe import ShadowError
-from attentived.daemon.snapshot import in_partitions, job_model
 from attentived.simulator.engine import JobRecord, SimJob, Simulation
 from attentived.simulator.limits import time_limit as modelled_limit
 from attentived.simulator.metrics import summarize, user_mean_waits
 from attentived.simulator.trace import TraceJob
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel, resolve_model
-
-from attentived.atomic import write_folder
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +59,7 @@ class ShapedSimJob(SimJob):
 
     num_nodes: int | None = None
 
-    def pending(self, oracle: bool):  # type: ignore[override]
+    def pending(self, oracle: bool) -> PendingJob:
         return dataclasses.replace(SimJob.pending(self, oracle), num_nodes=self.num_nodes)
 
 
@@ -265,7 +264,7 @@ def write_report(report: ShadowReport, out: str | os.PathLike[str]) -> list[Path
         _jobs_csv(report, tmp / "jobs.csv")
         plot(report, tmp / "shadow-report.png")
 
-    return write_folder(out, fill)
+    return write_folder(Path(out), fill)
 
 
 def _jobs_csv(report: ShadowReport, path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from attentived.ops.lab import Lab, LabError, install, slurm_installed
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh clone: install what it needs, run, clean up.
-#   bash tests/run.sh            # everything (unit, property, Slurm integration)
+#   bash tests/run.sh            # everything: ruff, mypy, unit, property, Slurm integration
 #   bash tests/run.sh -m 'not slurm'   # extra arguments go to pytest
 # Slurm and munge come from Debian's packages when missing (needs root); the `slurm`
 # tests start the project's own 4-node cluster (attentived/slurmlab) once and stop it at
@@ -20,6 +20,9 @@ if [ "$(id -u)" = 0 ]; then
 elif ! bash attentived/slurmlab/install.sh --check; then
     echo "tests/run.sh: Slurm is missing and this is not root: the slurm tests cannot run" >&2
 fi
+
+# Lint (ruff) and type-check (mypy) the whole tree first: a finding fails the run.
+bash tests/typecheck.sh
 
 set +e
 .venv/bin/python -m pytest "$@"

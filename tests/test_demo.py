@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from attentived.ops.demo.jobscript import job_script, parse_job_output
 from attentived.ops.demo.measure import Allocations, _alloc_from_output, extra_metrics, measure, predict, summary_of
 from attentived.ops.demo.runs import (
@@ -366,7 +367,6 @@ TEST_PORT_BASE = 18717
 def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
     from attentived.daemon.slurm_json import parse_squeue
     from attentived.ops.lab import Lab
-
     from attentived.render_demo import result_table, write_outputs
 
     events: list[tuple[str, dict]] = []

@@ -15,6 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from attentived.agents.checkpoint import CheckpointError, load_model
 from attentived.daemon import scontrol_text, slurm_json
 from attentived.daemon.records import SlurmParseError
@@ -22,8 +25,6 @@ from attentived.simulator.trace import TraceError, load_trace
 from attentived.topology.cluster_file import parse_cluster_file
 from attentived.topology.nvsmi import TopologyParseError, parse_nvidia_smi_topo
 from attentived.topology.slurm_conf import parse_gres_conf, parse_topology_conf
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 HERE = Path(__file__).parent
 DAEMON_FX = HERE / "daemon" / "fixtures"

@@ -4,10 +4,12 @@ prediction for the same workload (``predict``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
 from attentived.simulator.engine import JobRecord, Simulation
 from attentived.simulator.metrics import summarize, user_mean_waits
 from attentived.topology import Topology
@@ -119,7 +121,7 @@ def extra_metrics(records: Sequence[JobRecord], topo: Topology) -> dict[str, flo
     }
 
 
-def summary_of(records: Sequence[JobRecord], topo: Topology) -> dict[str, float]:
+def summary_of(records: Sequence[JobRecord], topo: Topology) -> dict[str, Any]:
     return {**summarize(records, topo.num_gpus), **extra_metrics(records, topo),
             "user_mean_wait": user_mean_waits(records)}
 

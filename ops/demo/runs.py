@@ -14,9 +14,10 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from attentived.simulator.engine import JobRecord
 from attentived.topology import Topology

@@ -12,12 +12,14 @@ import itertools
 import math
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
 from attentived.simulator.engine import SimJob
 from attentived.simulator.trace import TraceJob
 from attentived.topology import Topology, uniform

@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from attentived.agents.plan import Hold, Plan, Start
 from attentived.agents.registry import make_policy
 from attentived.daemon.apply import (
@@ -21,8 +24,6 @@ from attentived.daemon.records import SlurmJob, SlurmNode
 from attentived.daemon.snapshot import build_state
 from attentived.daemon.testing import FakeBackend
 from attentived.topology import uniform
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 TOPO = uniform(4, 8, nodes_per_switch=2)
 NOW = 1_000_000.0

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from attentived.daemon.cli_backend import CliBackend
 from attentived.daemon.connect import make_backend
 from attentived.daemon.records import (

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from attentived.daemon import config as C
 
 DOC = Path(__file__).parents[2] / "docs" / "daemon.md"

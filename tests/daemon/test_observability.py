@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 import structlog
+
 from attentived.daemon import log as dlog
 from attentived.daemon.journal import Journal
 from attentived.daemon.notify import Notifier

@@ -8,6 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from attentived.daemon.records import SlurmParseError
 from attentived.daemon.scontrol_text import (
     parse_config,
@@ -20,8 +23,6 @@ from attentived.daemon.scontrol_text import (
     slurm_time,
 )
 from attentived.daemon.slurm_json import parse_squeue
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 R22 = Path(__file__).parent / "fixtures" / "slurm-22.05"
 

@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from attentived.daemon.records import SlurmParseError, SlurmVersion
 from attentived.daemon.slurm_json import (
     gpu_indices,
@@ -19,8 +22,6 @@ from attentived.daemon.slurm_json import (
     state_of,
     tres_gpus,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 FIX = Path(__file__).parent / "fixtures"
 R22 = FIX / "slurm-22.05"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from attentived.daemon.records import SlurmJob, SlurmNode, SlurmVersion, Snapshot
 from attentived.daemon.scontrol_text import parse_reservations
 from attentived.daemon.slurm_json import parse_sinfo, parse_squeue
