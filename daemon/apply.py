@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
-import signal
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from attentived.agents.plan import Plan
 
@@ -172,8 +170,9 @@ def assign_priorities(order: Sequence[str], current: Mapping[str, int], settings
     """
     lo_band, hi_band, step = settings.priority_floor, settings.priority_ceiling, settings.priority_step
     vals = [current.get(j) for j in order]
-    cand = [i for i, v in enumerate(vals) if v is not None and lo_band <= v <= hi_band]
-    keep = set(_longest_descending([vals[i] for i in cand]))
+    in_band = {i: v for i, v in enumerate(vals) if v is not None and lo_band <= v <= hi_band}
+    cand = list(in_band)
+    keep = set(_longest_descending([in_band[i] for i in cand]))
     kept = [cand[k] for k in sorted(keep)]
     if not kept:
         return _renumber(order, settings)
@@ -264,9 +263,10 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
 
     # pending jobs attached to our reservations that should not be (block mode: none should)
     attach_wanted = {spec.job_id: name for name, spec in desired.holds.items()} if settings.hold_mode == "attach" else {}
-    for job in snap.jobs:
-        if job.pending and job.reservation.startswith(prefix) and attach_wanted.get(job.job_id) != job.reservation:
-            early.append(Action("detach", job.job_id, reservation=job.reservation, reason="hold gone or moved"))
+    for attached in snap.jobs:
+        if (attached.pending and attached.reservation.startswith(prefix)
+                and attach_wanted.get(attached.job_id) != attached.reservation):
+            early.append(Action("detach", attached.job_id, reservation=attached.reservation, reason="hold gone or moved"))
     # pins the daemon set that the plan no longer wants
     for job_id, pin in owned_pins.items():
         job = jobs.get(job_id)
@@ -293,19 +293,19 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
     # reservations the daemon wants
     ttl_min = max(1, math.ceil(settings.reservation_ttl / 60))
     for name, spec in desired.holds.items():
-        r = own.get(name)
-        if r is None:
+        held = own.get(name)
+        if held is None:
             resv.append(Action("reservation_create", spec.job_id, reservation=name, value=str(ttl_min), nodes=spec.nodes,
                                users=spec.users, ignore_jobs=spec.ignore_jobs, reason="hold"))
             continue
-        if tuple(sorted(r.nodes)) != tuple(sorted(spec.nodes)):
-            flag = spec.ignore_jobs and "IGNORE_JOBS" not in r.flags
+        if tuple(sorted(held.nodes)) != tuple(sorted(spec.nodes)):
+            flag = spec.ignore_jobs and "IGNORE_JOBS" not in held.flags
             resv.append(Action("reservation_update", spec.job_id, reservation=name, nodes=spec.nodes,
                                ignore_jobs=flag, reason="held nodes changed"))
-        if tuple(sorted(r.users)) != tuple(sorted(spec.users)):
+        if tuple(sorted(held.users)) != tuple(sorted(spec.users)):
             resv.append(Action("reservation_update", spec.job_id, reservation=name, users=spec.users, reason="users"))
-        if r.end_time is not None and r.end_time - now < settings.reservation_ttl / 2:
-            start = r.start_time if r.start_time is not None else now
+        if held.end_time is not None and held.end_time - now < settings.reservation_ttl / 2:
+            start = held.start_time if held.start_time is not None else now
             minutes = max(1, math.ceil((now + settings.reservation_ttl - start) / 60))
             resv.append(Action("reservation_update", spec.job_id, reservation=name, value=str(minutes), reason="renew lease"))
 
@@ -320,9 +320,9 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         want_resv = attach_wanted.get(job_id)
         if want_resv and job.reservation != want_resv:
             late.append(Action("attach", job_id, reservation=want_resv, reason="hold"))
-        pin = desired.pins.get(job_id)
-        if pin is not None and tuple(job.required_nodes) != tuple(pin):
-            late.append(Action("pin", job_id, nodes=pin, reason="planned start"))
+        wanted_pin = desired.pins.get(job_id)
+        if wanted_pin is not None and tuple(job.required_nodes) != tuple(wanted_pin):
+            late.append(Action("pin", job_id, nodes=wanted_pin, reason="planned start"))
         if job_id in new_prio and new_prio[job_id] != job.priority:
             late.append(Action("priority", job_id, value=str(new_prio[job_id]), reason="plan order"))
     return early + resv + late
@@ -349,7 +349,6 @@ def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = Fals
     out ``command_timeout``): they fail as "not sent" and the next cycle plans afresh."""
     if dry_run:
         return [Outcome(a, True, dry_run=True) for a in actions]
-    crash_after = _crash_after()
     out: list[Outcome] = []
     i = 0
     while i < len(actions):
@@ -358,23 +357,9 @@ def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = Fals
             j = i
             while j < len(actions) and actions[j].kind in JOB_KINDS:
                 j += 1
-            if crash_after is None:
-                out.extend(_run_job_updates(actions[i:j], backend))
-            else:  # test hook: one job per scontrol call so the crash can land between them
-                k = i
-                while k < j:
-                    m = k + 1
-                    while m < j and actions[m].job_id == actions[k].job_id:
-                        m += 1
-                    out.extend(_run_job_updates(actions[k:m], backend))
-                    _maybe_crash(len(out), crash_after)
-                    if _controller_gone(out[-(m - k):]):
-                        break
-                    k = m
+            out.extend(_run_job_updates(actions[i:j], backend))
         else:
             out.append(_run_reservation(actions[i], backend))
-            if crash_after is not None:
-                _maybe_crash(len(out), crash_after)
         i = len(out)
         if i < len(actions) and _controller_gone(out[before:]):
             out.extend(Outcome(a, False, NOT_SENT) for a in actions[i:])
@@ -383,28 +368,13 @@ def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = Fals
 
 
 #: What slurmctld being down looks like in a command's error (our own timeout message too).
-_GONE = ("timed out", "Unable to contact slurm controller", "Connection refused", "Socket timed out")
+_GONE = ("timed out", "Unable to contact slurm controller", "Connection refused", "Socket timed out",
+         "no answer within")  # the last is cli_backend's own timeout
 NOT_SENT = "not sent: slurmctld stopped answering earlier in this cycle"
 
 
 def _controller_gone(outcomes: Sequence[Outcome]) -> bool:
     return any(not o.ok and any(g in o.error for g in _GONE) for o in outcomes)
-
-
-CRASH_ENV = "ATTENTIVED_TEST_CRASH_AFTER_ACTIONS"
-
-
-def _crash_after() -> int | None:
-    """Fault-injection hook for tests (docs/reliability.md), off unless the environment sets
-    ``ATTENTIVED_TEST_CRASH_AFTER_ACTIONS=N``: the daemon SIGKILLs itself right after its Nth
-    Slurm action of a cycle, so tests can check that the next run reconciles."""
-    raw = os.environ.get(CRASH_ENV, "")
-    return int(raw) if raw.strip().isdigit() else None
-
-
-def _maybe_crash(done: int, crash_after: int) -> None:
-    if done >= crash_after:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _job_fields(a: Action) -> tuple[tuple[str, str], ...]:

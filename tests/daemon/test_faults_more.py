@@ -5,8 +5,8 @@
   ``backoff_max``, and once Slurm is back one cycle converges (one reservation per held job,
   no orphans) and the next applies nothing;
 - the daemon SIGKILLed in the middle of its SIGTERM hand-back (``hand_back_on_exit``, via
-  ``ATTENTIVED_TEST_CRASH_AFTER_ACTIONS``, which hand-back honours since it runs the same
-  ``execute``): a later hand-back leaves no attentived reservation and no daemon pin.
+  ``crashing_daemon.py``, whose wrapped backend counts hand-back's writes like any other):
+  a later hand-back leaves no attentived reservation and no daemon pin.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
-from attentived.daemon.cycle import Engine
+
+from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.journal import Journal
 
 from .test_daemon_slurm import busy_cluster, config_for, jobs_now, ours, wait_until
-from .test_faults_slurm import _restart_slurmctld, _slurmctld_pid, nodes_responding
+from .test_faults_slurm import CRASHING_DAEMON, _restart_slurmctld, _slurmctld_pid, nodes_responding
 
 pytestmark = [pytest.mark.slurm, pytest.mark.faults]
 ROOT = Path(__file__).parents[2]
@@ -33,11 +34,17 @@ PREFIX = "attentived-"
 
 
 class Daemon:
-    """``attentived start`` in a subprocess; its JSON log lines (stderr) collected live."""
+    """``attentived start`` in a subprocess; its JSON log lines (stderr) collected live.
+    ``crash_after=N``: the same daemon from ``crashing_daemon.py``, SIGKILLed right after its
+    Nth Slurm write (job updates sent one per ``scontrol``)."""
 
-    def __init__(self, conf: Path, env: dict[str, str]) -> None:
-        self.p = subprocess.Popen([sys.executable, "-m", "attentived", "start", "--config", str(conf)], cwd=ROOT, env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    def __init__(self, conf: Path, crash_after: int | None = None) -> None:
+        if crash_after is None:
+            argv = [sys.executable, "-m", "attentived", "start"]
+        else:
+            argv = [sys.executable, str(CRASHING_DAEMON), "--crash-after", str(crash_after)]
+        self.p = subprocess.Popen([*argv, "--config", str(conf)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
         self.events: list[dict] = []
         self.raw: list[str] = []
         self.cond = threading.Condition()
@@ -75,7 +82,7 @@ class Daemon:
 
 def _conf(lab, tmp_path, state: Path, **extra) -> Path:
     p = tmp_path / "c.toml"
-    lines = [f'partitions = ["main"]', f'state_dir = "{state}"', f'slurm_conf = "{lab.slurm_conf}"', "metrics_port = 0",
+    lines = ['partitions = ["main"]', f'state_dir = "{state}"', f'slurm_conf = "{lab.slurm_conf}"', "metrics_port = 0",
              'log_format = "json"', 'log_level = "info"']
     lines += [f"{k} = {json.dumps(v) if isinstance(v, str) else str(v).lower()}" for k, v in extra.items()]
     p.write_text("\n".join(lines) + "\n")
@@ -115,10 +122,9 @@ def _slurmctld_killed_mid_apply(lab, tmp_path):
     state = tmp_path / "state"
     backoff_max = 2.0
     conf = _conf(lab, tmp_path, state, interval=0.5, backoff_max=backoff_max, command_timeout=1)
-    # the crash hook with a count it never reaches: apply runs one ``scontrol update`` per job
-    # (the hook's per-job mode) and so is long enough to be hit
-    env = {**os.environ, "ATTENTIVED_TEST_CRASH_AFTER_ACTIONS": "1000000"}
-    d = Daemon(conf, env)
+    # the crashing backend with a count it never reaches: apply runs one ``scontrol update``
+    # per job and so is long enough to be hit
+    d = Daemon(conf, crash_after=1_000_000)
     try:
         i_plan = d.wait_event(lambda e: e.get("event") == "cycle.plan" and e.get("actions", 0) >= 8, timeout=30,
                               what="a cycle.plan with many actions")
@@ -181,18 +187,17 @@ def test_sigkill_during_hand_back_then_hand_back_again(clean_lab, tmp_path):
         lab.submit(user, gpus, script="sleep 120")
     state = tmp_path / "state"
     # bring Slurm to the daemon's plan first: the crashing daemon's own cycle then has nothing to do
-    eng = Engine(config_for(lab, tmp_path, state_dir=str(state)))
+    eng = CycleRunner(config_for(lab, tmp_path, state_dir=str(state)))
     assert eng.run_cycle().ok
     r = eng.run_cycle()
     assert r.ok and r.updates == 0
     eng.journal.close()
     held = set(ours(lab))
-    # hand-back = reservation deletes (via execute, so the hook counts them) then hold + release
-    # of the daemon's priorities: a crash after the 1st action always lands half way
+    # hand-back = reservation deletes then hold + release of the daemon's priorities, all
+    # Slurm writes the crashing backend counts: a crash after the 1st always lands half way
     assert held, "no hold to hand back"
     conf = _conf(lab, tmp_path, state, interval=60, hand_back_on_exit=True)
-    env = {**os.environ, "ATTENTIVED_TEST_CRASH_AFTER_ACTIONS": "1"}
-    d = Daemon(conf, env)
+    d = Daemon(conf, crash_after=1)
     try:
         i = d.wait_event(lambda e: e.get("event") == "cycle.done", timeout=30, what="first cycle")
         assert d.events[i]["ok"] is True and d.events[i]["actions"] == 0, d.events[i]
@@ -206,8 +211,7 @@ def test_sigkill_during_hand_back_then_hand_back_again(clean_lab, tmp_path):
     assert not d.named("service.handed_back")  # killed half way
     print("left after the killed hand-back:", sorted(ours(lab)), "of", sorted(held))
     # a restarted daemon's hand-back finishes the job
-    d2 = Daemon(_conf(lab, tmp_path, state, interval=60, hand_back_on_exit=True),
-                {k: v for k, v in os.environ.items() if k != "ATTENTIVED_TEST_CRASH_AFTER_ACTIONS"})
+    d2 = Daemon(_conf(lab, tmp_path, state, interval=60, hand_back_on_exit=True))
     try:
         d2.wait_event(lambda e: e.get("event") == "cycle.done", timeout=30, what="first cycle")
         d2.p.send_signal(signal.SIGTERM)

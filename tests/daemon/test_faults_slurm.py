@@ -4,9 +4,9 @@
   applies, and Slurm still has the names unchanged;
 - slurmctld SIGKILLed between cycles and restarted later (state kept): the daemon fails
   cycles, backs off within its bound, resumes, and re-applies nothing;
-- the daemon SIGKILLed after its Nth Slurm action (``ATTENTIVED_TEST_CRASH_AFTER_ACTIONS``):
-  a restarted daemon's first cycle reconciles (no orphan reservations, no stale pins,
-  priorities in plan order);
+- the daemon SIGKILLed after its Nth Slurm write (``crashing_daemon.py``: ``attentived start``
+  with its backend wrapped in ``crashing.CrashingBackend``): a restarted daemon's first cycle
+  reconciles (no orphan reservations, no stale pins, priorities in plan order);
 - jobs cancelled between snapshot and apply: "Invalid job id" for that job, the rest applies.
 """
 
@@ -21,20 +21,22 @@ import time
 from pathlib import Path
 
 import pytest
-from attentived.daemon import config as C
-from attentived.daemon.cycle import Engine
+
+from attentived.daemon.cycle import CycleRunner
 
 from .test_daemon_slurm import (
     busy_cluster,
     config_for,
-    engine_for,
     jobs_now,
     ours,
+    runner_for,
     wait_until,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.faults]
 ROOT = Path(__file__).parents[2]
+#: ``attentived start`` whose backend SIGKILLs the daemon after its Nth Slurm write (test seam)
+CRASHING_DAEMON = Path(__file__).with_name("crashing_daemon.py")
 
 HOSTILE = [
     ("alice", "q'uo\"te", "it's \"quoted\""),
@@ -66,7 +68,7 @@ def test_hostile_names_never_reach_a_shell(clean_lab, tmp_path, monkeypatch):
         return real_popen(self, args, *a, **kw)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", checked)
-    eng = engine_for(lab, tmp_path)
+    eng = runner_for(lab, tmp_path)
     r = eng.run_cycle()
     monkeypatch.undo()
     assert r.ok, r.error
@@ -121,12 +123,11 @@ def test_sigkill_mid_apply_then_one_cycle_reconciles(clean_lab, tmp_path, crash_
         lab.submit(user, gpus, script="sleep 120")
     state = tmp_path / "state"
     conf = _daemon_config(lab, tmp_path, state)
-    env = {**os.environ, "ATTENTIVED_TEST_CRASH_AFTER_ACTIONS": str(crash_after)}
-    p = subprocess.run([sys.executable, "-m", "attentived", "start", "--config", str(conf), "--once"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, str(CRASHING_DAEMON), "--crash-after", str(crash_after), "--config", str(conf),
+                        "--once"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
     # restart: one cycle reconciles
-    eng = Engine(config_for(lab, tmp_path, state_dir=str(state)))
+    eng = CycleRunner(config_for(lab, tmp_path, state_dir=str(state)))
     r = eng.run_cycle()
     assert r.ok, r.error
     r2 = eng.run_cycle()
@@ -149,7 +150,7 @@ def test_job_cancelled_between_snapshot_and_apply(clean_lab, tmp_path):
     lab = clean_lab
     busy_cluster(lab)
     ids = [str(lab.submit(u, g, script="sleep 120")) for u, g in (("alice", 2), ("bob", 1), ("alice", 3))]
-    eng = engine_for(lab, tmp_path)
+    eng = runner_for(lab, tmp_path)
     real = eng.backend.snapshot
 
     def racing_snapshot():
@@ -226,7 +227,7 @@ def _slurmctld_killed_then_restarted(lab, tmp_path):
     busy_cluster(lab)
     for user, gpus in (("alice", 4), ("bob", 8), ("alice", 2)):
         lab.submit(user, gpus, script="sleep 120")
-    eng = engine_for(lab, tmp_path, interval=0.2, backoff_max=1.0, command_timeout=3)
+    eng = runner_for(lab, tmp_path, interval=0.2, backoff_max=1.0, command_timeout=3)
     t_cycle = time.time() - 1
     r = eng.run_cycle()
     assert r.ok, r.error
