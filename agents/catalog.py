@@ -24,15 +24,6 @@ from .order import (
 from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from .policy import JobChooser, Placer
 
-HEURISTIC_ORDERS: dict[str, Callable[[int], JobChooser]] = {
-    "fifo": lambda seed: Fifo(),
-    "sjf": lambda seed: ShortestJobFirst(),
-    "fair-share": lambda seed: FairShare(),
-    "tiresias": lambda seed: Tiresias(),
-    "slurm-multifactor": lambda seed: SlurmMultifactor(),
-    "sjf-oracle": lambda seed: OracleShortestJobFirst(),
-}
-
 SEARCH_ORDERS: dict[str, tuple[Callable[[int], JobChooser], str]] = {
     "genetic": (lambda seed: Genetic(seed=seed),
                 "genetic algorithm over job order and packing (look-ahead model), consolidated placement"),
@@ -45,7 +36,12 @@ SEARCH_ORDERS: dict[str, tuple[Callable[[int], JobChooser], str]] = {
 the plain heuristics leave them out)."""
 
 ORDERS: dict[str, Callable[[int], JobChooser]] = {
-    **HEURISTIC_ORDERS,
+    "fifo": lambda seed: Fifo(),
+    "sjf": lambda seed: ShortestJobFirst(),
+    "fair-share": lambda seed: FairShare(),
+    "tiresias": lambda seed: Tiresias(),
+    "slurm-multifactor": lambda seed: SlurmMultifactor(),
+    "sjf-oracle": lambda seed: OracleShortestJobFirst(),
     **{name: factory for name, (factory, _) in SEARCH_ORDERS.items()},
 }
 

@@ -373,8 +373,13 @@ _GONE = ("timed out", "Unable to contact slurm controller", "Connection refused"
 NOT_SENT = "not sent: slurmctld stopped answering earlier in this cycle"
 
 
+def controller_gone(error: str) -> bool:
+    """Whether a command's error says slurmctld is not answering (not a refused action)."""
+    return any(g in error for g in _GONE)
+
+
 def _controller_gone(outcomes: Sequence[Outcome]) -> bool:
-    return any(not o.ok and any(g in o.error for g in _GONE) for o in outcomes)
+    return any(not o.ok and controller_gone(o.error) for o in outcomes)
 
 
 def _job_fields(a: Action) -> tuple[tuple[str, str], ...]:

@@ -4,7 +4,7 @@ A daemon must schedule even when its configured policy cannot: a learned model t
 load, a network too small for the cluster, a policy that raises mid-cycle. This module is the
 one place that decides what runs instead (``fallback_policy``) and says so (log line,
 ``attentived_errors_total{kind="policy"}``, ``attentived_policy_info``), so the cycle only
-asks ``decide`` and ``ops inspect`` / ``ops doctor`` load exactly what the daemon would.
+asks ``decide`` and the operator tools (``ops/inspect.py``) load exactly what the daemon would.
 """
 
 from __future__ import annotations
@@ -21,13 +21,18 @@ from .config import Config, is_learned
 from .prom import Metrics
 
 
+def fallback_policy(cfg: Config) -> Policy:
+    """The heuristic that runs when the configured policy cannot (``fallback_policy``)."""
+    return make_policy(cfg.fallback_policy, seed=cfg.seed)
+
+
 def load_policy(cfg: Config) -> tuple[Policy, str, str]:
     """(policy, its name, why the configured one was not used or "")."""
     try:
         model = (cfg.model or None) if is_learned(cfg.policy) else None
         return make_policy(cfg.policy, seed=cfg.seed, model=model), cfg.policy, ""
     except Exception as e:  # a corrupt model, a missing module: fall back, say so
-        return make_policy(cfg.fallback_policy, seed=cfg.seed), cfg.fallback_policy, f"{cfg.policy}: {e}"
+        return fallback_policy(cfg), cfg.fallback_policy, f"{cfg.policy}: {e}"
 
 
 class PolicySlot:
@@ -72,7 +77,7 @@ class PolicySlot:
         if reason:
             self.fallback = f"{self.name}: {reason}"
             self.name = self.config.fallback_policy
-            self.policy = make_policy(self.config.fallback_policy, seed=self.config.seed)
+            self.policy = fallback_policy(self.config)
             self._fell_back()
             self._metric()
 
@@ -83,7 +88,7 @@ class PolicySlot:
             return self.policy.decide(state)
         except Exception as e:
             self.metrics.errors.inc(kind="policy")
-            fallback = make_policy(self.config.fallback_policy, seed=self.config.seed)
+            fallback = fallback_policy(self.config)
             self.log.error("policy.error", policy=self.name, error=f"{type(e).__name__}: {e}",
                            using=self.config.fallback_policy)
             return fallback.decide(state)

@@ -242,11 +242,13 @@ def _once_failure(res: Any, cfg: cfgmod.Config) -> str:
 
 
 def main(config_path: str | os.PathLike[str] | None = None, *, dry_run: bool = False, once: bool = False,
-         shadow: bool = False, log_level: str | None = None, log_format: str | None = None) -> int:
+         shadow: bool = False, log_level: str | None = None, log_format: str | None = None,
+         backend: Backend | None = None) -> int:
     """``attentived start``: exit 0 on a clean stop (or a good ``--once`` cycle), 1 when the
     cycle failed, 2 for an invalid config. ``shadow``: plan and record beside Slurm's own
     scheduler, change nothing (``attentived shadow-report`` reads what it recorded).
-    ``log_level`` / ``log_format``: given on the command line, they win over the config's."""
+    ``log_level`` / ``log_format``: given on the command line, they win over the config's.
+    ``backend``: talk to Slurm through this instead of the config's (as `Service` takes it)."""
     try:
         base = cfgmod.load(None if config_path is None else Path(config_path))
     except cfgmod.ConfigError as e:
@@ -254,7 +256,8 @@ def main(config_path: str | os.PathLike[str] | None = None, *, dry_run: bool = F
         return EXIT_CONFIG
     try:
         given = {k: v for k, v in (("log_level", log_level), ("log_format", log_format)) if v is not None}
-        service = Service(config_path, dry_run=True if dry_run else None, config=base, shadow=shadow, overrides=given)
+        service = Service(config_path, dry_run=True if dry_run else None, config=base, shadow=shadow, overrides=given,
+                          backend=backend)
     except (OSError, ValueError) as e:
         print(f"attentived: error: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attentived.agents.registry import ALL, UnknownPolicy, make_policy, runnable
 from attentived.atomic import write_folder
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel
@@ -62,8 +63,6 @@ def policy_names(requested: Sequence[str], topology: Topology | None = None,
     the order given. With ``topology``, a policy from ``all`` that cannot run there (a
     fixed-size network on a larger cluster) is dropped with a note to ``warn``; one named
     explicitly is a `CompareError`."""
-    from attentived.agents.registry import ALL, UnknownPolicy, make_policy, runnable
-
     out: list[str] = []
     for p in requested:
         if p == "all":
@@ -269,8 +268,6 @@ class RunResult:
 
 
 def _run(task: _Task, workload: Workload, topology: Topology) -> RunResult:
-    from attentived.agents.registry import make_policy
-
     policy = make_policy(task.policy, task.seed)
     jobs = prepare_jobs(workload.trace.jobs, task.seed)
     result = Simulation(jobs, topology, policy, speed=SpeedModel(topology)).run()
@@ -357,8 +354,6 @@ def compare(
     for w in workloads:
         check_fits(w.trace, topology.num_gpus)
     policies = list(dict.fromkeys(policies))
-    from attentived.agents.registry import make_policy
-
     for p in policies:  # a bad name or model file fails here, with its message, not in a worker
         make_policy(p, seeds[0])
     tasks = [_Task(wi, p, s) for wi in range(len(workloads)) for p in policies for s in seeds]

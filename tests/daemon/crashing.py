@@ -25,7 +25,7 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attentived.daemon.apply import _GONE, NOT_SENT
+from attentived.daemon.apply import NOT_SENT, controller_gone
 from attentived.daemon.backend import Backend
 from attentived.daemon.records import CommandResult, JobUpdate
 
@@ -71,7 +71,7 @@ class CrashingBackend:
             r = self.inner.update_jobs([u])[0]
             out.append(r)
             self._wrote()
-            if not r.ok and any(g in r.error for g in _GONE):
+            if not r.ok and controller_gone(r.error):
                 out.extend(CommandResult(("scontrol", *v.args()), False, None, NOT_SENT) for v in updates[i + 1:])
                 break
         return out

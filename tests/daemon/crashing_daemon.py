@@ -3,10 +3,9 @@
     python tests/daemon/crashing_daemon.py --crash-after N [--config FILE] [--dry-run] [--once] [--shadow]
     python -m tests.daemon.crashing_daemon --crash-after N ...        (from the repository root)
 
-Everything after ``--crash-after N`` is what ``attentived start`` takes. The daemon is built
-as ``attentived start`` builds it (daemon/service.py ``main``: load the config, ``Service``,
-``run_once`` or ``run_forever``) except that ``Service`` gets ``backend=`` the config's own
-backend (``connect.make_backend``) wrapped in ``crashing.CrashingBackend``. A separate
+Everything after ``--crash-after N`` is what ``attentived start`` takes. The daemon runs
+through ``attentived start``'s own entry point (daemon/service.py ``main``) with ``backend=``
+the config's own backend (``connect.make_backend``) wrapped in ``crashing.CrashingBackend``. A separate
 process, so that tests can watch it die and restart a daemon on the same state. Test code
 only: production code has no fault-injection hook.
 """
@@ -19,7 +18,8 @@ from pathlib import Path
 
 from attentived.daemon import config as cfgmod
 from attentived.daemon.connect import make_backend
-from attentived.daemon.service import EXIT_CONFIG, EXIT_FAILED, Service
+from attentived.daemon.service import EXIT_CONFIG
+from attentived.daemon.service import main as start
 
 if __package__:
     from .crashing import CrashingBackend
@@ -37,19 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shadow", action="store_true")
     args = ap.parse_args(argv)
     try:
-        base = cfgmod.load(args.config)
+        base = cfgmod.load(args.config)  # only for the backend's settings; start() loads it again
     except cfgmod.ConfigError as e:
         print(f"attentived: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    try:
-        inner = make_backend(base.backend, slurm_conf=base.slurm_conf or None, timeout=base.command_timeout,
-                             bin_dir=base.slurm_bin_dir or None)
-        service = Service(args.config, dry_run=True if args.dry_run else None, config=base, shadow=args.shadow,
-                          backend=CrashingBackend(inner, args.crash_after))
-    except (OSError, ValueError) as e:
-        print(f"attentived: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    return service.run_once() if args.once else service.run_forever()
+    inner = make_backend(base.backend, slurm_conf=base.slurm_conf or None, timeout=base.command_timeout,
+                         bin_dir=base.slurm_bin_dir or None)
+    return start(args.config, dry_run=args.dry_run, once=args.once, shadow=args.shadow,
+                 backend=CrashingBackend(inner, args.crash_after))
 
 
 if __name__ == "__main__":
