@@ -20,6 +20,7 @@ import json
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,11 +67,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
+    from attentived.agents.attentive import AttentivePolicy
     from attentived.agents.learned import load_learned
     from attentived.topology import uniform
 
     torch.set_num_threads(1)
     policy = load_learned("attentive", args.model)
+    assert isinstance(policy, AttentivePolicy)  # choose() is the attentive policy's single decision
     topo = uniform(128, 8, nodes_per_switch=4)
     rng = np.random.default_rng(args.seed)
     states = [random_state(rng, topo) for _ in range(args.states)]
@@ -92,7 +95,7 @@ def main() -> None:
         return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
                 "p99": float(np.percentile(a, 99)), "max": float(a.max()), "n": len(a)}
 
-    doc = {
+    doc: dict[str, Any] = {
         "benchmark": "agents_latency",
         "cluster": "128 nodes x 8 GPUs (1,024 GPUs), 32 leaf switches",
         "pending_jobs": 1000,

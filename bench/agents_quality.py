@@ -23,6 +23,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def main() -> None:
         best_jct = min(heur, key=lambda n: mean[n]["avg_jct"])
         best_jain = max(heur, key=lambda n: mean[n]["jain_fairness"])
         a = mean["attentive"]
-        targets = {
+        targets: dict[str, Any] = {
             "jct_vs_best": a["avg_jct"] / mean[best_jct]["avg_jct"],
             "best_jct_policy": best_jct,
             "jain_minus_best": a["jain_fairness"] - mean[best_jain]["jain_fairness"],

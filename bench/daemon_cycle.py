@@ -37,6 +37,11 @@ CASES = {200: dict(nodes=4, nodes_per_switch=2), 1000: dict(nodes=16, nodes_per_
 PORT_BASE = 19417
 
 
+def _stderr(p: subprocess.Popen) -> str:
+    """The first 300 characters of a finished sbatch's error output."""
+    return p.stderr.read().decode()[:300] if p.stderr is not None else ""
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -54,11 +59,11 @@ def submit_many(lab, jobs: list[tuple[str, int]], rng: random.Random) -> None:
         if len(procs) >= 16:
             for p in procs:
                 if p.wait(60) != 0:
-                    raise RuntimeError(f"sbatch failed: {p.stderr.read().decode()[:300]}")
+                    raise RuntimeError(f"sbatch failed: {_stderr(p)}")
             procs = []
     for p in procs:
         if p.wait(60) != 0:
-            raise RuntimeError(f"sbatch failed: {p.stderr.read().decode()[:300]}")
+            raise RuntimeError(f"sbatch failed: {_stderr(p)}")
 
 
 def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, policy: str, seed: int) -> dict:

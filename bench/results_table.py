@@ -28,13 +28,14 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 EXTRA_POLICIES = ("sjf+consolidate+backfill",)
 PHILLY_WINDOWS = ("40d:41d", "48d:49d", "50d:51d")
-SYNTHETIC = dict(num_jobs=800, cluster_gpus=128, load=1.1, seed=0)
+SYNTHETIC: dict[str, Any] = dict(num_jobs=800, cluster_gpus=128, load=1.1, seed=0)
 
 #: (column, metric, format)
 COLUMNS = (

@@ -99,7 +99,8 @@ def soak_fake(cycles: int, seed: int, state: Path) -> dict:
                           journal_max_rows=1000, journal_max_plans=50, log_level="error"),
                  backend=fake, topology=topo)
     watch = Watch(state, submitted=0, started=0, finished=0, cancelled=0)
-    next_id, ends, stats = 1, {}, watch.stats
+    ends: dict[str, float] = {}
+    next_id, stats = 1, watch.stats
     max_pending = max_holds = 0
     t0 = time.monotonic()
     for c in range(cycles):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from .backend import BackendMixin
 from .records import (
@@ -201,7 +201,7 @@ class FakeBackend(BackendMixin):
         return CommandResult(argv, True)
 
     # ---- moving the cluster on (tests) ----
-    def start(self, job_id: str, placement: dict[str, Sequence[int]], at: float | None = None) -> None:
+    def start(self, job_id: str, placement: Mapping[str, Sequence[int]], at: float | None = None) -> None:
         job = self.jobs[job_id]
         if not job.pending:
             raise SlurmError(f"job {job_id} is {job.state}")

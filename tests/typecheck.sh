@@ -2,8 +2,8 @@
 # Lint and type-check the whole tree (part of tests/run.sh; runs alone too).
 #   ruff: pyflakes, pycodestyle, import order, bugbear, pyupgrade ([tool.ruff] in pyproject.toml)
 #   mypy: the attentived package as installed, i.e. attentived.<layer> from each layer's
-#         folder; mypy cannot follow setuptools' editable-install finder, so it reads a tree
-#         of links with the installed layout under .venv/typecheck.
+#         folder, plus tests/ and bench/; mypy cannot follow setuptools' editable-install
+#         finder, so it reads a tree of links with the installed layout under .venv/typecheck.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

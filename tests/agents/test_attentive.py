@@ -43,16 +43,13 @@ def test_is_a_policy_and_plans_are_legal(lab):
 
 def _always_wait(pol: AttentivePolicy) -> None:
     """Make the job agent rank WAIT far above every job."""
-    agent = pol.net.job_agent
-    original = agent.forward
 
-    def forward(*args, **kwargs):
-        enc = original(*args, **kwargs)
+    def wait_first(_module, _inputs, enc: JobEncoding) -> JobEncoding:
         logits = enc.logits.clone()
         logits[:, -1] = 1e6
         return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
 
-    agent.forward = forward
+    pol.net.job_agent.register_forward_hook(wait_first)
 
 
 def test_wait_is_impossible_on_an_idle_cluster(lab):

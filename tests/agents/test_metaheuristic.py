@@ -162,15 +162,17 @@ def test_time_budget_is_respected(cls, clock):
     measure = {"wall": time.perf_counter, "cpu": time.thread_time}[clock]
 
     def decide_times(budget: float) -> list[float]:
-        p = Scheduler(cls(budget_ms=budget, max_evaluations=10**9, patience=10**9, window=48, clock=clock), Consolidate())
+        chooser = cls(budget_ms=budget, max_evaluations=10**9, patience=10**9, window=48, clock=clock)
+        p = Scheduler(chooser, Consolidate())
         out = []
         for k in range(15):
             s = make_state(topo, pending[k:], running=running, now=1000.0 + k)
             t0 = measure()
             check_plan(s, p.decide(s))
             out.append((measure() - t0) * 1e3)
-            assert p.chooser.last.stopped_by == "time"
-            assert p.chooser.last.evaluations > 0 or budget < 1.0
+            last = chooser.last
+            assert last is not None and last.stopped_by == "time"
+            assert last.evaluations > 0 or budget < 1.0
         return out
 
     # What a decision costs besides the search (window, starting solutions, the scheduling

@@ -39,7 +39,7 @@ def test_job_updates_go_one_per_call_and_each_counts():
         calls.append(len(updates))
         return real(updates)
 
-    fake.update_jobs = counting  # type: ignore[method-assign]
+    fake.update_jobs = counting
     res = wrapped.update_jobs([JobUpdate(str(i), (("Priority", str(10 + i)),)) for i in (1, 2, 3)])
     assert [r.ok for r in res] == [True, True, True] and calls == [1, 1, 1] and wrapped.writes == 3
     assert [fake.jobs[str(i)].priority for i in (1, 2, 3)] == [11, 12, 13]
@@ -88,7 +88,7 @@ def test_rest_of_a_batch_is_not_sent_once_slurmctld_is_gone(error):
         sent.extend(u.job_id for u in updates)
         return [CommandResult(("scontrol",), False, 1, error) for _ in updates]
 
-    fake.update_jobs = gone  # type: ignore[method-assign]
+    fake.update_jobs = gone
     res = execute([Action("priority", str(i), value=str(10 + i)) for i in (1, 2, 3)], wrapped)
     assert sent == ["1"] and [o.ok for o in res] == [False] * 3
     assert [o.error for o in res[1:]] == [NOT_SENT, NOT_SENT]

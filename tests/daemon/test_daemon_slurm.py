@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ ROOT = Path(__file__).parents[2]
 
 
 def config_for(lab, tmp_path, **kw) -> C.Config:
-    values = dict(interval=0.5, partitions=("main",), policy="fifo+consolidate", state_dir=str(tmp_path / "state"),
+    values: dict[str, Any] = dict(interval=0.5, partitions=("main",), policy="fifo+consolidate", state_dir=str(tmp_path / "state"),
                   slurm_conf=str(lab.slurm_conf), metrics_port=0, log_level="warning")
     values.update(kw)
     return C.Config(**values)

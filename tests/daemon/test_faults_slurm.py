@@ -159,9 +159,9 @@ def test_job_cancelled_between_snapshot_and_apply(clean_lab, tmp_path):
         wait_until(lambda: jobs_now(lab).get(ids[0], {}).get("JobState") != "PENDING", what="cancel")
         return snap
 
-    eng.backend.snapshot = racing_snapshot  # type: ignore[method-assign]
+    eng.backend.snapshot = racing_snapshot
     r = eng.run_cycle()
-    eng.backend.snapshot = real  # type: ignore[method-assign]
+    eng.backend.snapshot = real
     bad = [o for o in r.outcomes if not o.ok]
     assert all(o.action.job_id == ids[0] for o in bad), [(o.action, o.error) for o in bad]
     assert any(o.ok and o.action.job_id in ids[1:] for o in r.outcomes)

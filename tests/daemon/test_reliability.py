@@ -33,7 +33,9 @@ from .test_apply import TOPO, cluster, pending, running
 ROOT = Path(__file__).resolve().parents[2]
 FIX = Path(__file__).parent / "fixtures" / "slurm-22.05"
 CLUSTER = ROOT / "tests" / "topology" / "fixtures" / "lab_cluster.toml"
-STUB = re.search(r'STUB = r"""(.*?)"""', (Path(__file__).parent / "test_backend.py").read_text(), re.S).group(1)
+_STUB = re.search(r'STUB = r"""(.*?)"""', (Path(__file__).parent / "test_backend.py").read_text(), re.S)
+assert _STUB is not None, "test_backend.py defines the stub Slurm commands as STUB"
+STUB = _STUB.group(1)
 
 
 def free_port() -> int:

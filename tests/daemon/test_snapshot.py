@@ -26,7 +26,8 @@ TOPO = uniform(4, 8, nodes_per_switch=2)
 def snapshot22() -> Snapshot:
     sq = parse_squeue((R22 / "squeue.json").read_text())
     resv = parse_reservations((R22 / "scontrol-show-reservation.txt").read_text())
-    now = min(r.start_time for r in resv) + 10  # alice_now active, maint_later not yet
+    now = min(r.start_time for r in resv if r.start_time is not None) + 10  # alice_now active, maint_later not yet
+    assert sq.version is not None
     return Snapshot(sq.version, now, sq.jobs, parse_sinfo((R22 / "sinfo.json").read_text()), resv)
 
 

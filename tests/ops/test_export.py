@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -62,7 +63,9 @@ JobIDRaw|User|Partition|State|Submit|Start|End|AllocTRES|JobName|TimelimitRaw|No
 
 
 def t(s: str) -> float:
-    return slurm_time(s)  # local time, as slurmctld writes
+    value = slurm_time(s)  # local time, as slurmctld writes
+    assert value is not None
+    return value
 
 
 def test_recorded_sacct_c_fixture():
@@ -98,7 +101,7 @@ def test_sacct_with_accounting():
 class SacctBackend(FakeBackend):
     """The in-memory Slurm with accounting storage: answers ``sacct`` with ``SACCT``."""
 
-    def __init__(self, *a, **kw):
+    def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self._config = {**self._config, "AccountingStorageType": "accounting_storage/slurmdbd"}
         self.argv: list[list[str]] = []

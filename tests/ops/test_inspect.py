@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def _logs_to_this_tests_stderr():
 
 
 def cfg(tmp_path, **kw) -> C.Config:
-    base = dict(state_dir=str(tmp_path / "state"), partitions=("main",), interval=0.5, metrics_port=0)
+    base: dict[str, Any] = dict(state_dir=str(tmp_path / "state"), partitions=("main",), interval=0.5, metrics_port=0)
     base.update(kw)
     return C.Config(**base)
 

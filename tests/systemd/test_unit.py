@@ -13,9 +13,15 @@ import pytest
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "attentived.service"
 
 
+class _CaseSensitive(configparser.ConfigParser):
+    """Keys are case-sensitive in systemd (ConfigParser lower-cases them)."""
+
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr
+
+
 def _service() -> configparser.SectionProxy:
-    cp = configparser.ConfigParser(strict=False, interpolation=None)
-    cp.optionxform = str  # keys are case-sensitive in systemd
+    cp = _CaseSensitive(strict=False, interpolation=None)
     cp.read_string(UNIT.read_text())
     return cp["Service"]
 

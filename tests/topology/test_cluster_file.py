@@ -27,6 +27,7 @@ def test_lab_cluster_file() -> None:
     assert topo.bandwidths.nvlink == 100.0 and topo.bandwidths.spine == 5.0
     assert topo.bandwidths.network == 12.5  # not given: the default
     dgx, node1, node3 = topo.nodes[0], topo.nodes[2], topo.nodes[4]
+    assert dgx.nvlink_bw is not None
     assert dgx.nvlink_bw[3][2] == 50.0 and dgx.islands == (tuple(range(8)),)
     assert node1.links == node3.links == uniform(1, 8).nodes[0].links
     assert topo.link(topo.gpu_id("node1", 0), topo.gpu_id("node3", 0)) == Link.SPINE
@@ -66,6 +67,7 @@ def test_nvidia_smi_path_is_relative_to_the_toml_file(tmp_path: Path) -> None:
         '[[nodes]]\nnames = "x1"\nnvidia_smi_topo = "sub/box.txt"\nnvlink_gbps_per_link = 50\n'
     )
     node = load_cluster_file(tmp_path / "c.toml").nodes[0]
+    assert node.nvlink_bw is not None
     assert node.nvlink_bw[0][1] == 100.0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from attentived.topology import (
     Link,
+    Node,
     Topology,
     TopologyParseError,
     parse_nvidia_smi_topo,
@@ -20,7 +22,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 S, N, H, X = Link.SOCKET, Link.NVLINK, Link.PCIE_HOST, Link.SELF
 
 
-def _parse(fixture: str, **kwargs: object) -> object:
+def _parse(fixture: str, **kwargs: Any) -> Node:
     return parse_nvidia_smi_topo((FIXTURES / fixture).read_text(), source=fixture, **kwargs)
 
 
@@ -30,6 +32,7 @@ def test_a100_nv12_with_nic_and_numa_columns() -> None:
     assert node.num_gpus == 4
     assert node.links == tuple(tuple(X if i == j else N for j in range(4)) for i in range(4))
     assert node.islands == ((0, 1, 2, 3),)
+    assert node.nvlink_bw is not None
     assert node.nvlink_bw[0][1] == 12 * 25.0
     assert node.nvlink_bw[0][0] == 0.0
 
@@ -39,6 +42,7 @@ def test_nvswitch_space_separated_eight_gpus() -> None:
     assert node.num_gpus == 8
     assert node.islands == (tuple(range(8)),)
     assert all(node.links[i][j] == N for i in range(8) for j in range(8) if i != j)
+    assert node.nvlink_bw is not None
     assert node.nvlink_bw[3][6] == 18 * 50.0
 
 
@@ -46,6 +50,7 @@ def test_older_driver_dgx1_hybrid_cube_mesh() -> None:
     node = _parse("dgx1_cube_mesh_older.txt")
     # The row shown in the samples: GPU3 NV1 NV1 NV2 X NODE NODE NODE NV2
     assert node.links[3] == (N, N, N, X, H, H, H, N)
+    assert node.nvlink_bw is not None
     assert [node.nvlink_bw[3][j] for j in (0, 1, 2, 7)] == [25.0, 25.0, 50.0, 50.0]
     assert node.islands == (tuple(range(8)),)  # the cube mesh is one connected NVLink island
     # Each V100 has six NVLinks.
@@ -80,6 +85,7 @@ def test_very_old_soc_spelling_and_single_gpu() -> None:
 def test_text_before_header_and_lowercase_cells_are_tolerated() -> None:
     text = "$ nvidia-smi topo -m\n\tGPU0\tGPU1\nGPU0\t x \tnv4\nGPU1\tNV4\t X \n"
     node = parse_nvidia_smi_topo(text)
+    assert node.nvlink_bw is not None
     assert node.links[0][1] == N and node.nvlink_bw[0][1] == 100.0
 
 

@@ -32,6 +32,7 @@ def test_lab_cluster_gres_gives_two_islands_on_two_sockets() -> None:
     assert node.islands == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert node.links[0] == (X, N, N, N, S, S, S, S)
     assert node.links[5] == (S, S, S, S, N, X, N, N)
+    assert node.nvlink_bw is not None
     assert node.nvlink_bw[0][1] == 4 * 25.0
     assert node.switch == "sw0"
 
@@ -84,6 +85,7 @@ def test_links_follow_device_file_order_not_line_order() -> None:
     """
     node = parse_gres_conf(text)["n1"]
     assert node.links[0] == (X, H, N)
+    assert node.nvlink_bw is not None
     assert node.nvlink_bw[0][2] == 50.0
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def write_toy_trace(path: Path, n: int = 400, seed: int = 0) -> Path:
 
 def tiny_config(tmp_path: Path, **kw) -> PPOConfig:
     trace = write_toy_trace(tmp_path / "toy.csv")
-    base = dict(
+    base: dict[str, Any] = dict(
         seed=3, out_dir=str(tmp_path / "run"), total_steps=2 * 2 * 16, num_envs=2, num_steps=16, window=8,
         max_nodes=2, num_minibatches=2, update_epochs=2, train_trace=str(trace), train_days=(0.0, 0.3),
         tiresias_share=0.0, curriculum=(Stage(0.0, nodes=(1, 2), jobs=(20, 30), load=(1.0, 1.2)),),
