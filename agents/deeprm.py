@@ -46,6 +46,6 @@ class DeepRMPolicy(TwoPhasePolicy):
         ))
 
     def _place(self, ctx: Context, encoded: _Encoded, slot: int, job: PendingJob) -> tuple[int, ...]:
-        gpus = self._placer.place(job, ctx.state.free, ctx.state)
+        gpus = self._placer.place(job, ctx.room(job).free, ctx.state)
         assert gpus is not None, "the job agent offers only jobs that fit"
         return tuple(int(g) for g in gpus)

@@ -16,6 +16,11 @@ Two views, one per agent:
   the node, switch and release-time level (see `candidates`). The agent scores candidates;
   it never composes GPU sets itself, so every action is a legal placement by construction.
 
+What Slurm checks besides GPUs (CPUs, memory, ``--exclusive``, GPU type, ``-w``/``-x``,
+features; `attentived.agents.fit`) enters as masks only: a job is feasible when it fits the
+GPUs it may use, and its candidates are drawn from those GPUs. The networks' inputs are
+what they were, so a trained model reads a state without node capacity exactly as before.
+
 The queue window: with hundreds of pending jobs, encoding all of them would make attention
 quadratic in the queue. The window keeps the ``window // 2`` longest-waiting jobs (so no job
 starves out of sight and the agent sees whom fairness demands) and fills the rest with the
@@ -39,6 +44,7 @@ import numpy as np
 from attentived.topology import Link, Topology
 from attentived.topology.speed import SpeedModel
 
+from .fit import Fit, request
 from .order import estimated_runtime, estimated_runtimes
 from .placement import Consolidate, FirstFit, LoadBalance, free_counts
 from .state import ClusterState, PendingJob
@@ -68,6 +74,21 @@ def log_time(seconds: float | np.ndarray) -> np.ndarray | float:
 
 
 @dataclass(frozen=True)
+class Room:
+    """The GPUs one job may use now (`Fit.usable` of the free ones) and their counts."""
+
+    free: np.ndarray
+    island_free: np.ndarray
+    node_free: np.ndarray
+    num_free: int
+
+    @classmethod
+    def of(cls, topo: Topology, free: np.ndarray) -> Room:
+        island_free, node_free = free_counts(topo, free)
+        return cls(free, island_free, node_free, int(free.sum()))
+
+
+@dataclass(frozen=True)
 class Context:
     """Per-state arrays both views need, computed once per state."""
 
@@ -77,6 +98,7 @@ class Context:
     until_free: np.ndarray  # per GPU: seconds until expected free (0 if free, _NEVER if down)
     feasible: np.ndarray  # per pending job: can start now
     estimate: np.ndarray  # per pending job: `estimated_runtime` (inf without a limit)
+    fit: Fit  # what each job may use besides free GPUs (read only here)
 
     @classmethod
     def of(cls, state: ClusterState) -> Context:
@@ -86,10 +108,27 @@ class Context:
         for r in state.running:
             until[list(r.gpus)] = r.expected_end(state.now) - state.now
         feasible = state.queue.gpus <= state.num_free
-        for i, j in enumerate(state.pending):
-            if j.num_nodes is not None:
-                feasible[i] = fits(j, state.num_free, node_free)
-        return cls(state, island_free, node_free, until, feasible, estimated_runtimes(state))
+        ctx = cls(state, island_free, node_free, until, feasible, estimated_runtimes(state), Fit.of(state))
+        pending = state.pending
+        check = {i for i, j in enumerate(pending) if j.num_nodes is not None}.union(ctx.fit.restricted(pending))
+        known: dict[tuple, bool] = {}  # jobs asking the same fit the same GPUs
+        for i in sorted(check):
+            if feasible[i]:
+                j = pending[i]
+                key = request(j)
+                if key not in known:
+                    room = ctx.room(j)
+                    known[key] = fits(j, room.num_free, room.node_free)
+                feasible[i] = known[key]
+        return ctx
+
+    def room(self, job: PendingJob) -> Room:
+        """The GPUs ``job`` may use now (all free ones unless Slurm would refuse some)."""
+        free = self.state.free
+        usable = self.fit.usable(job, free)
+        if usable is free:
+            return Room(free, self.island_free, self.node_free, self.state.num_free)
+        return Room.of(self.state.topology, usable)
 
 
 def fits(job: PendingJob, num_free: int, node_free: np.ndarray) -> bool:
@@ -398,33 +437,59 @@ class GpuView:
     placements: tuple[Candidate, ...]
 
 
-Generator = Callable[[PendingJob, Context], tuple[int, ...] | None]
+Generator = Callable[[PendingJob, Context, Room], tuple[int, ...] | None]
 
 
 def candidates(job: PendingJob, ctx: Context) -> list[Candidate]:
-    """Distinct GPU sets for ``job`` from every generator in `GENERATORS` order; a set that
-    several generators propose is one candidate listing all of them."""
-    out: dict[tuple[int, ...], list[str]] = {}
-    if not fits(job, ctx.state.num_free, ctx.node_free):
+    """Distinct GPU sets for ``job`` among the GPUs it may use (`Context.room`), from every
+    generator in `GENERATORS` order; a set that several generators propose is one
+    candidate listing all of them. Only sets as tight as `Consolidate`'s are kept (see
+    `tightness`): a job is never split over islands, nodes or switches when a tighter set
+    exists, nor breaks more whole free islands than the best fit, so whatever the GPU agent
+    picks, it cannot place a job worse than consolidation would by those measures."""
+    room = ctx.room(job)
+    if not fits(job, room.num_free, room.node_free):
         return []
+    out: dict[tuple[int, ...], list[str]] = {}
     for name in GENERATORS:
-        gpus = _GENERATORS[name](job, ctx)
+        gpus = _GENERATORS[name](job, ctx, room)
         if gpus is not None:
             out.setdefault(tuple(sorted(int(g) for g in gpus)), []).append(name)
-    return [Candidate(g, tuple(src)) for g, src in out.items()]
+    topo = ctx.state.topology
+    whole = ctx.island_free == topo.island_size
+    keys = {g: tightness(topo, g, whole) for g in out}
+    bound = next(keys[g] for g, src in out.items() if "consolidate" in src)
+    return [Candidate(g, tuple(src)) for g, src in out.items() if keys[g] <= bound]
+
+
+def tightness(topo: Topology, gpus: tuple[int, ...], whole_island: np.ndarray) -> tuple[int, int]:
+    """How loosely ``gpus`` sit, smaller is tighter: the level of the smallest group that
+    holds them all (0 one NVLink island, 1 one node, 2 one leaf switch, 3 beyond), then how
+    many wholly free islands (``whole_island``) they break."""
+    g = np.asarray(gpus)
+    islands = np.unique(topo.gpu_island[g])
+    if len(islands) == 1:
+        level = 0
+    elif (topo.gpu_node[g] == topo.gpu_node[g[0]]).all():
+        level = 1
+    elif (topo.gpu_switch[g] == topo.gpu_switch[g[0]]).all():
+        level = 2
+    else:
+        level = 3
+    return level, int(whole_island[islands].sum())
 
 
 def _placer(placer) -> Generator:
-    return lambda job, ctx: placer.place(job, ctx.state.free, ctx.state)
+    return lambda job, ctx, room: placer.place(job, room.free, ctx.state)
 
 
-def _fill(ctx: Context, nodes: np.ndarray, n: int) -> tuple[int, ...]:
-    """``n`` free GPUs from ``nodes`` in order, each node's fullest islands first."""
-    topo, free = ctx.state.topology, ctx.state.free
+def _fill(ctx: Context, room: Room, nodes: np.ndarray, n: int) -> tuple[int, ...]:
+    """``n`` usable GPUs from ``nodes`` in order, each node's fullest islands first."""
+    topo, free = ctx.state.topology, room.free
     out: list[int] = []
     for ni in nodes:
         isl = topo.node_islands[int(ni)]
-        for k in isl[np.argsort(-ctx.island_free[isl], kind="stable")]:
+        for k in isl[np.argsort(-room.island_free[isl], kind="stable")]:
             g = topo.island_gpus[k]
             out.extend(int(x) for x in g[free[g]][: n - len(out)])
             if len(out) == n:
@@ -432,31 +497,31 @@ def _fill(ctx: Context, nodes: np.ndarray, n: int) -> tuple[int, ...]:
     raise AssertionError("caller checked capacity")
 
 
-def _best_fit_node(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
+def _best_fit_node(job: PendingJob, ctx: Context, room: Room) -> tuple[int, ...] | None:
     """The fullest node that holds the whole job (ignoring islands)."""
     if job.num_nodes is not None:
         return None
-    fits_ = np.flatnonzero(ctx.node_free >= job.num_gpus)
+    fits_ = np.flatnonzero(room.node_free >= job.num_gpus)
     if not len(fits_):
         return None
-    return _fill(ctx, fits_[[int(np.argmin(ctx.node_free[fits_]))]], job.num_gpus)
+    return _fill(ctx, room, fits_[[int(np.argmin(room.node_free[fits_]))]], job.num_gpus)
 
 
-def _best_fit_switch(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
+def _best_fit_switch(job: PendingJob, ctx: Context, room: Room) -> tuple[int, ...] | None:
     """The fullest leaf switch that holds the job, its freest nodes first."""
     if job.num_nodes is not None:
         return None
     topo = ctx.state.topology
-    switch_free = np.bincount(topo.node_switch, weights=ctx.node_free, minlength=len(topo.switch_names))
+    switch_free = np.bincount(topo.node_switch, weights=room.node_free, minlength=len(topo.switch_names))
     fits_ = np.flatnonzero(switch_free >= job.num_gpus)
     if not len(fits_):
         return None
     best = int(fits_[np.argmin(switch_free[fits_])])
-    nodes = np.flatnonzero((topo.node_switch == best) & (ctx.node_free > 0))
-    return _fill(ctx, nodes[np.argsort(-ctx.node_free[nodes], kind="stable")], job.num_gpus)
+    nodes = np.flatnonzero((topo.node_switch == best) & (room.node_free > 0))
+    return _fill(ctx, room, nodes[np.argsort(-room.node_free[nodes], kind="stable")], job.num_gpus)
 
 
-def _release_aligned(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
+def _release_aligned(job: PendingJob, ctx: Context, room: Room) -> tuple[int, ...] | None:
     """The island (or node, for jobs bigger than an island) whose busy GPUs are expected
     back closest to when this job is expected to end, so groups free up whole together."""
     if job.num_nodes is not None:
@@ -467,9 +532,9 @@ def _release_aligned(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
     release = log_time(ctx.until_free)
     release = np.where(state.free, 0.0, release)
     if job.num_gpus <= int(topo.island_size.max()):
-        groups, free = topo.gpu_island, ctx.island_free
+        groups, free = topo.gpu_island, room.island_free
     else:
-        groups, free = topo.gpu_node, ctx.node_free
+        groups, free = topo.gpu_node, room.node_free
     fits_ = np.flatnonzero(free >= job.num_gpus)
     if not len(fits_):
         return None
@@ -478,8 +543,8 @@ def _release_aligned(job: PendingJob, ctx: Context) -> tuple[int, ...] | None:
     best = int(fits_[np.argmin(np.abs(latest[fits_] - target))])
     if groups is topo.gpu_island:
         g = topo.island_gpus[best]
-        return tuple(int(x) for x in g[state.free[g]][: job.num_gpus])
-    return _fill(ctx, np.array([best]), job.num_gpus)
+        return tuple(int(x) for x in g[room.free[g]][: job.num_gpus])
+    return _fill(ctx, room, np.array([best]), job.num_gpus)
 
 
 _GENERATORS: dict[str, Generator] = {

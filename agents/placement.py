@@ -99,7 +99,7 @@ class Consolidate:
         n = job.num_gpus
         island_free, node_free = free_counts(topo, free)
         shape = _shaped(job)
-        if shape is not None:
+        if shape is not None and shape[0] > 1:
             return _consolidate_shaped(topo, free, island_free, node_free, *shape)
         fits = np.flatnonzero(island_free >= n)
         if len(fits):
@@ -110,7 +110,7 @@ class Consolidate:
         if len(fits):
             best = int(fits[np.argmin(node_free[fits])])
             return _take(topo, free, island_free, [best], None, n)
-        if node_free.sum() < n:
+        if shape is not None or node_free.sum() < n:  # ``-N 1``: one node or nothing
             return None
         switch_free = np.bincount(topo.node_switch, weights=node_free, minlength=len(topo.switch_names))
         fits = np.flatnonzero(switch_free >= n)

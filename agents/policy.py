@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from .fit import Fit
 from .plan import Hold, OrderView, Plan, Start
 from .state import ClusterState, PendingJob
 
@@ -76,6 +77,9 @@ class Scheduler:
     time limits. Without backfill nothing after it starts (strict order, as
     ``sched/builtin``); with backfill (EASY, as ``sched/backfill``) a later job may start if
     it avoids the held GPUs or its time limit ends before the held job's expected start.
+    A job is placed only among the GPUs Slurm would let it use (`Fit.usable`: CPUs,
+    memory, ``--exclusive``, GPU type, ``-w``/``-x``, features), and each start books its
+    share of its nodes before the next job is placed.
     """
 
     chooser: JobChooser
@@ -96,6 +100,7 @@ class Scheduler:
         order = np.asarray(ranking.order, dtype=np.int64)
         limit = len(order) if ranking.startable is None else ranking.startable
         wanted = state.queue.gpus[order]
+        fit = Fit.of(state)
         free = state.free.copy()
         n_free = state.num_free
         starts: list[Start] = []
@@ -107,7 +112,7 @@ class Scheduler:
         if n_free == 0 and limit > 0:
             # A full cluster (the daemon sees one; the simulator never asks then): start
             # nothing, but keep GPUs for the head job so lower jobs cannot take them.
-            hold = self._hold(state.pending[int(order[0])], free, state)
+            hold = self._hold(state.pending[int(order[0])], free, state, fit)
         while pos < limit and n_free > 0:
             if hold is not None:
                 # Behind a hold only jobs that fit what they may use are candidates: jump
@@ -118,12 +123,12 @@ class Scheduler:
                     break
                 pos += int(ahead[0])
             job = state.pending[int(order[pos])]
-            usable = free if hold is None or ends_in_time[pos] else unheld
+            usable = fit.usable(job, free if hold is None or ends_in_time[pos] else unheld)
             pos += 1
             gpus = self.placer.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
             if gpus is None:
                 if hold is None:
-                    hold = self._hold(job, free, state)
+                    hold = self._hold(job, free, state, fit)
                     if hold is None:
                         # It cannot fit even once every running job ends (nodes down, shape
                         # impossible): skip it rather than block the queue.
@@ -135,10 +140,11 @@ class Scheduler:
                     n_unheld = int(unheld.sum())
                     ends_in_time = state.now + state.queue.limit[order] <= hold.expected_start
                 continue
-            free[list(gpus)] = False
-            n_free -= len(gpus)
+            taken = fit.take(job, gpus)
+            free[list(taken)] = False
+            n_free -= len(taken)
             if hold is not None:
-                unheld[list(gpus)] = False
+                unheld[list(taken)] = False
                 n_unheld = int(unheld.sum())
             starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
         return Plan(
@@ -148,21 +154,30 @@ class Scheduler:
             waited=limit < len(order) and n_free > 0,
         )
 
-    def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> Hold | None:
-        return expected_hold(job, free, state, self.placer)
+    def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState, fit: Fit) -> Hold | None:
+        return expected_hold(job, free, state, self.placer, fit)
 
 
-def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer: Placer) -> Hold | None:
-    """Where and when ``job`` is expected to start: release running jobs' GPUs in order of
-    their expected end (time limits) until ``placer`` finds room; ``None`` if it never does."""
+def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer: Placer, fit: Fit | None = None) -> Hold | None:
+    """Where and when ``job`` is expected to start: release running jobs' GPUs, CPUs and
+    memory in order of their expected end (time limits) until ``placer`` finds room among
+    the GPUs the job may use; ``None`` if it never does. ``fit``: the plan's account so far
+    (default: the snapshot's), which is left as it is."""
+    fit = Fit.of(state) if fit is None else fit.copy()
     future = free.copy()
     n_future = int(future.sum())
     for run in sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id)):
-        future[list(run.gpus)] = True
-        n_future += run.num_gpus
+        back = fit.release(run)
+        if back is run.gpus:
+            future[list(back)] = True
+            n_future += run.num_gpus
+        else:  # an exclusive job's whole nodes
+            n_future += int(np.count_nonzero(~future[list(back)]))
+            future[list(back)] = True
         if n_future < job.num_gpus:
             continue
-        gpus = placer.place(job, future, state)
+        usable = fit.usable(job, future)
+        gpus = placer.place(job, usable, state) if usable is future or int(usable.sum()) >= job.num_gpus else None
         if gpus is not None:
             return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
     return None

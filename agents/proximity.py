@@ -10,7 +10,10 @@ machines x 4 GPUs, a queue window of 10). Here:
   each time for one more GPU among the free ones not yet picked, seeing what it picked so
   far. A job that fixed its node count (``sbatch -N``, as Slurm jobs with
   ``--gpus-per-node`` do) is shaped by the mask: the node being filled until it has its
-  share, then only untouched nodes with room for a whole share;
+  share, then only untouched nodes with room for a whole share. The mask also keeps a job
+  in the tightest group that can hold it (one NVLink island, else one node, else one leaf
+  switch): the network picks which group and which GPUs in it, never a split when a
+  tighter set is free;
 * the network (`attentived.agents.mlp.ProximityNet`) reads a fixed ``max_gpus`` GPU slots:
   GPU ids are dense and node-major, so slot ``i`` is always GPU ``i``; clusters with more
   GPUs are refused with a clear error rather than truncated.
@@ -112,7 +115,7 @@ class Observer:
         gpus[:n, 5] = (island_free / topo.island_size)[topo.gpu_island]
         gpus[:n, 6] = (node_free / np.diff(topo.node_first_gpu))[topo.gpu_node]
         mask = np.zeros(G, np.int8)
-        mask[:n] = available & _shape_mask(topo, job, picked, available)
+        mask[:n] = available & _shape_mask(topo, job, picked, available) & _tight_mask(topo, job, picked, available)
         est = estimated_runtime(job, state)
         glob = np.zeros(GLOBAL_FEATURES, np.float32)
         glob[0] = math.log2(job.num_gpus) / 6.0
@@ -150,6 +153,27 @@ def _shape_mask(topo: Topology, job: PendingJob, picked: list[int], available: n
         return topo.gpu_node == filling[0]
     room = np.bincount(topo.gpu_node, weights=available, minlength=nodes) >= per
     return (room & (counts == 0))[topo.gpu_node]
+
+
+def _tight_mask(topo: Topology, job: PendingJob, picked: list[int], available: np.ndarray) -> np.ndarray:
+    """GPUs the next pick may take so the job ends in the tightest group that can hold it:
+    one NVLink island if one has room for the whole job, else one node, else one leaf
+    switch. The first pick chooses among such groups; later picks stay in the group of the
+    ones before. A job spread over a fixed number of nodes is left to `_shape_mask`."""
+    everywhere = np.ones(topo.num_gpus, bool)
+    if job.num_nodes not in (None, 1):
+        return everywhere
+    room = available.copy()
+    room[picked] = True  # what the job holds or may still take
+    for group in (topo.gpu_island, topo.gpu_node, topo.gpu_switch):
+        size = np.bincount(group, weights=room)
+        if picked:
+            mine = np.unique(group[picked])
+            if len(mine) == 1 and size[mine[0]] >= job.num_gpus:
+                return group == mine[0]
+        elif (size >= job.num_gpus).any():
+            return (size >= job.num_gpus)[group]
+    return everywhere
 
 
 def distance_to(topo: Topology, picked: list[int]) -> np.ndarray:

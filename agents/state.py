@@ -28,6 +28,14 @@ class PendingJob:
     needs exactly ``num_gpus / num_nodes`` GPUs on each of that many nodes. ``model`` is a
     workload class the user declared (job name or comment), ``None`` when unknown.
     ``oracle_duration`` is filled only in oracle runs (an upper bound, never a baseline).
+
+    The rest is what Slurm checks before it starts a job besides free GPUs, so that a plan
+    never puts a job where Slurm will refuse it (`attentived.agents.fit` applies them):
+    ``cpus`` in all (0: none to honour) spread over its nodes in proportion to its GPUs,
+    memory per node (``mem_per_node``, MB) or per CPU (``mem_per_cpu``), ``exclusive``
+    (whole idle nodes only), a GPU type (``--gres=gpu:h100:2``), the nodes it must run on
+    (``nodelist``, ``-w``), may not run on (``exclude``, ``-x``) and the node features it
+    requires (``features``, ``-C a&b``).
     """
 
     job_id: str
@@ -39,6 +47,19 @@ class PendingJob:
     model: str | None = None
     partition: str = ""
     oracle_duration: float | None = None
+    cpus: int = 0
+    mem_per_node: int = 0
+    mem_per_cpu: int = 0
+    exclusive: bool = False
+    gpu_type: str = ""
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+
+    @property
+    def placement_constrained(self) -> bool:
+        """Whether anything besides GPU count limits where the job may go."""
+        return bool(self.exclusive or self.gpu_type or self.nodelist or self.exclude or self.features)
 
     def waited(self, now: float) -> float:
         return max(0.0, now - self.submit_time)
@@ -46,7 +67,11 @@ class PendingJob:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A job holding GPUs. Its expected end is ``start_time + time_limit`` when a limit exists."""
+    """A job holding GPUs. Its expected end is ``start_time + time_limit`` when a limit exists.
+
+    ``cpus`` and ``mem`` (MB) are what it holds in all, spread over its nodes in proportion
+    to its GPUs there; an ``exclusive`` job holds its nodes whole. A hold computed from
+    expected ends gives these back with the GPUs."""
 
     job_id: str
     user: str
@@ -54,6 +79,9 @@ class RunningJob:
     submit_time: float
     start_time: float
     time_limit: float | None = None
+    cpus: int = 0
+    mem: int = 0
+    exclusive: bool = False
 
     @property
     def num_gpus(self) -> int:
@@ -175,9 +203,24 @@ class RowView(Sequence[PendingJob]):
 
 
 @dataclass(frozen=True)
+class NodeCapacity:
+    """Per node (topology order), what is left besides GPUs: free CPUs, free memory (MB),
+    whether nothing at all is allocated (what ``--exclusive`` needs), the GPU type and the
+    node's features. The daemon fills it from Slurm; the simulator when its cluster and
+    trace say so; ``None`` in a ``ClusterState`` means GPUs are the only limit."""
+
+    cpus: np.ndarray  # int64
+    mem: np.ndarray  # int64, MB
+    idle: np.ndarray  # bool
+    gpu_type: tuple[str, ...]
+    features: tuple[frozenset[str], ...]
+
+
+@dataclass(frozen=True)
 class ClusterState:
     """One immutable snapshot. ``free`` is a read-only bool array over global GPU ids
-    (``False`` for busy GPUs and for GPUs on nodes that are down or drained)."""
+    (``False`` for busy GPUs and for GPUs on nodes that are down or drained); ``nodes``
+    the nodes' other resources when known."""
 
     now: float
     topology: Topology
@@ -186,6 +229,7 @@ class ClusterState:
     running: tuple[RunningJob, ...] = ()
     users: Mapping[str, UserStats] = field(default_factory=lambda: _NO_USERS)
     queue_arrays: QueueArrays | None = field(default=None, repr=False, compare=False)
+    nodes: NodeCapacity | None = None
 
     def __post_init__(self) -> None:
         if self.free.shape != (self.topology.num_gpus,):

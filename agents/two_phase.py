@@ -27,11 +27,12 @@ import numpy as np
 import torch
 
 from .features import Context, FeatureEncoder, JobView
+from .fit import Fit
 from .networks import masked
 from .placement import Consolidate
 from .plan import Hold, Plan, Start
 from .policy import expected_hold
-from .state import ClusterState, PendingJob, QueueArrays, RunningJob
+from .state import ClusterState, PendingJob, QueueArrays
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,13 @@ class TwoPhasePolicy:
 
 
 def _started(state: ClusterState, index: int, gpus: tuple[int, ...]) -> ClusterState:
-    """``state`` after pending job ``index`` starts on ``gpus`` now."""
+    """``state`` after pending job ``index`` starts on ``gpus`` now: its GPUs (its whole
+    nodes when exclusive) busy, its CPUs and memory taken from its nodes' capacity."""
     job = state.pending[index]
+    fit = Fit.of(state)
+    run = fit.started(job, gpus, state.now)
     free = state.free.copy()
-    free[list(gpus)] = False
+    free[list(run.gpus)] = False
     keep = np.ones(len(state.pending), bool)
     keep[index] = False
     q = state.queue
@@ -149,10 +153,11 @@ def _started(state: ClusterState, index: int, gpus: tuple[int, ...]) -> ClusterS
         topology=state.topology,
         free=free,
         pending=(*state.pending[:index], *state.pending[index + 1 :]),
-        running=state.running + (RunningJob(job.job_id, job.user, gpus, job.submit_time, state.now, job.time_limit),),
+        running=state.running + (run,),
         users=state.users,
         queue_arrays=QueueArrays(q.seq[keep], q.submit[keep], q.gpus[keep], q.limit[keep],
                                  q.oracle[keep], q.user[keep], q.users),
+        nodes=fit.capacity(),
     )
 
 

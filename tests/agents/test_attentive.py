@@ -13,7 +13,7 @@ from attentived.simulator.engine import SimJob, Simulation
 from attentived.simulator.trace import TraceJob
 from attentived.topology import uniform
 
-from .conftest import RunningJob, job, make_state
+from .conftest import RunningJob, job, make_state, split_cases, tight
 
 
 def _policy(seed: int = 0, **kwargs) -> AttentivePolicy:
@@ -137,3 +137,50 @@ def test_shipped_model_loads_and_decides(lab):
     assert plan.starts
     assert default_model_path("attentive").stat().st_size < 3_000_000
     assert np.all([len(st.gpus) for st in plan.starts])
+
+
+def _oldest_first(pol: AttentivePolicy) -> None:
+    """Make the job agent pick window slot 0 (the oldest job) while it can start."""
+
+    def oldest(_module, _inputs, enc: JobEncoding) -> JobEncoding:
+        logits = enc.logits.clone()
+        logits[:, 0] = 1e6
+        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
+
+    pol.net.job_agent.register_forward_hook(oldest)
+
+
+def _gpu_agent_prefers(pol: AttentivePolicy, k: int) -> None:
+    """Make the GPU agent score candidate ``k`` far above the others (when it is valid)."""
+
+    def prefer(_module, _inputs, out):
+        logits, value = out
+        logits = logits.clone()
+        logits[:, k] = 1e6
+        return logits, value
+
+    pol.net.gpu_agent.register_forward_hook(prefer)
+
+
+@pytest.mark.parametrize("k", range(6))
+def test_whatever_candidate_the_gpu_agent_picks_the_job_is_not_split(lab, k):
+    # Issue 13, item 10: candidates come only from the tightest level the free GPUs allow.
+    pol = _policy()
+    _oldest_first(pol)
+    _gpu_agent_prefers(pol, k)
+    for name, s, level in split_cases(lab):
+        first = s.pending[0].job_id
+        (start,) = [st for st in pol.decide(s).starts if st.job_id == first]
+        assert tight(lab, start.gpus, level), (name, start.gpus)
+
+
+@pytest.mark.skipif(not default_model_path("attentive").exists(), reason="shipped model not built yet")
+def test_shipped_model_places_the_split_cases_tightly(lab):
+    pol = load_learned("attentive")
+    for name, s, level in split_cases(lab):
+        plan = pol.decide(s)
+        _check_plan(plan, s)
+        (start,) = [st for st in plan.starts if st.job_id == s.pending[0].job_id]
+        assert tight(lab, start.gpus, level), (name, start.gpus)
+    four = pol.decide(split_cases(lab)[0][1])
+    assert dict((st.job_id, st.gpus) for st in four.starts)["four"] == (12, 13, 14, 15)

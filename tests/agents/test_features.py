@@ -21,7 +21,7 @@ from attentived.agents.features import (
 from attentived.agents.state import PendingJob
 from attentived.topology import uniform
 
-from .conftest import RunningJob, UserStats, job, make_state
+from .conftest import RunningJob, UserStats, job, make_state, split_cases, tight
 
 
 def _exists_placement(j: PendingJob, free: np.ndarray, topo) -> bool:
@@ -143,10 +143,11 @@ def test_candidates_are_distinct_and_name_their_generators(lab):
     sets = [c.gpus for c in cands]
     assert len(sets) == len(set(sets)) >= 2
     assert all(src in GENERATORS for c in cands for src in c.sources)
-    assert sorted(src for c in cands for src in c.sources) == sorted(GENERATORS)  # every generator fits here
-    # Consolidate keeps a 4-GPU job inside one whole NVLink island.
-    (cons,) = [c for c in cands if "consolidate" in c.sources]
-    assert s.topology.spread(cons.gpus)[0] == 1
+    # Whole free islands hold the job, so every candidate is one island: first-fit's
+    # (3, 4, 5, 6) across two islands is not offered.
+    assert all(s.topology.spread(c.gpus)[0] == 1 for c in cands)
+    assert {"consolidate", "load-balance", "best-fit-node", "best-fit-switch"} <= {src for c in cands for src in c.sources}
+    assert "first-fit" not in {src for c in cands for src in c.sources}
 
 
 def test_candidates_carry_the_speed_models_price(lab):
@@ -161,3 +162,16 @@ def test_candidates_carry_the_speed_models_price(lab):
     slow = {s.topology.spread(c.gpus)[1]: c.slowdown for c in gv.placements}
     assert slow[1] < max(slow.values()) or len(slow) == 1  # one node is never the worst
     assert enc.comm_ratio(s.pending[0], s.topology) > enc.comm_ratio(PendingJob("k", "a", 8, 0.0, model="googlenet"), s.topology)
+
+
+def test_candidates_never_split_a_job_a_tighter_set_holds(lab):
+    for name, s, level in split_cases(lab):
+        cands = candidates(s.pending[0], Context.of(s))
+        assert cands and all(tight(lab, c.gpus, level) for c in cands), (name, [c.gpus for c in cands])
+
+
+def test_candidates_leave_whole_islands_for_bigger_jobs(lab):
+    # Island 0 has GPU 3 free, every other island is whole: a 1-GPU job is offered GPU 3
+    # only, not a GPU that would break a whole island.
+    s = make_state(lab, [job("one", 1)], busy=[0, 1, 2])
+    assert [c.gpus for c in candidates(s.pending[0], Context.of(s))] == [(3,)]

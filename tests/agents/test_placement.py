@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from attentived.agents.placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from attentived.topology import uniform
 
-from .conftest import job, make_state
+from .conftest import job, make_state, split_cases, tight
 
 PLACERS = [FirstFit(), Consolidate(), LoadBalance(), RandomPlacer(seed=3)]
 
@@ -102,3 +102,16 @@ def test_every_placer_returns_distinct_free_gpus_or_none(nodes, gpn, busy_bits, 
     if k is None and n <= s.num_free:
         for placer in PLACERS:
             assert placer.place(job("a", n), s.free, s) is not None, placer.name
+
+
+def test_consolidate_never_splits_a_job_a_tighter_set_holds(lab):
+    for name, s, level in split_cases(lab):
+        gpus = Consolidate().place(s.pending[0], s.free, s)
+        assert gpus is not None and tight(lab, gpus, level), (name, gpus)
+
+
+def test_consolidate_puts_a_one_node_job_in_one_island_when_one_holds_it(lab):
+    # -N 1: node1 (best fit by free GPUs) has 3 and 4 free, node2 a whole island.
+    s = make_state(lab, busy=[0, 1, 2, 5, 6, 7, 8, 9, 10, 11])
+    assert Consolidate().place(job("a", 2, nodes=1), s.free, s) == (12, 13)
+    assert Consolidate().place(job("b", 9, nodes=1), s.free, s) is None

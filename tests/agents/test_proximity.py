@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
+from attentived.agents.learned import default_model_path, load_learned
 from attentived.agents.mlp import MlpConfig, ProximityNet
 from attentived.agents.order import Fifo
 from attentived.agents.placement import Consolidate
@@ -20,7 +21,7 @@ from attentived.agents.proximity import (
 )
 from attentived.topology import uniform
 
-from .conftest import RunningJob, job, make_state
+from .conftest import RunningJob, job, make_state, split_cases, tight
 from .test_metaheuristic import check_plan, states
 
 
@@ -42,7 +43,10 @@ def test_observation_marks_free_picked_and_padding(lab):
     assert g[:32, 0].all() and not g[32:].any()  # real GPUs, then padding
     assert g[0, 1] == 0 and g[0, 3] > 0  # busy, expected back later
     assert g[8, 1] == 0 and g[8, 2] == 1  # picked
-    assert obs["action_mask"][:32].sum() == 32 - 3 - 1 and not obs["action_mask"][32:].any()
+    # GPU 8's island (8-11) holds the whole job: the next picks stay in it.
+    assert np.flatnonzero(obs["action_mask"]).tolist() == [9, 10, 11]
+    first = Observer(40).observe(s, s.free, s.pending[0], picked=[])["action_mask"]
+    assert np.flatnonzero(first).tolist() == list(range(4, 32))  # any island with 4 free
     assert obs["globals"][1] == pytest.approx(3 / 4)  # three GPUs left to pick
     assert g[3, 5] == pytest.approx(1 / 4) and g[3, 6] == pytest.approx(5 / 8)  # island 0-3, node 0
     assert g[9, 5] == pytest.approx(3 / 4) and g[9, 6] == pytest.approx(7 / 8)  # GPU 8 is taken
@@ -113,3 +117,20 @@ def test_deterministic_and_seeded_sampling(lab):
     a._gen.manual_seed(11)
     b._gen.manual_seed(11)
     assert [a.place(s.pending[0], s.free, s) for _ in range(3)] == [b.place(s.pending[0], s.free, s) for _ in range(3)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_mask_never_splits_a_job_a_tighter_group_holds(lab, seed):
+    # Random weights: tightness must come from the mask. Only the first job is placed.
+    placer = _placer(seed=seed)
+    for name, s, level in split_cases(lab):
+        gpus = placer.place(s.pending[0], s.free, s)
+        assert gpus is not None and tight(lab, gpus, level), (name, gpus)
+
+
+@pytest.mark.skipif(not default_model_path("proximity-drl").exists(), reason="shipped model not built yet")
+def test_shipped_model_places_the_split_cases_tightly(lab):
+    pol = load_learned("proximity-drl")
+    for name, s, level in split_cases(lab):
+        (start, *_) = pol.decide(s).starts
+        assert start.job_id == s.pending[0].job_id and tight(lab, start.gpus, level), (name, start.gpus)

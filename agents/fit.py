@@ -1,0 +1,308 @@
+"""What Slurm checks before it starts a job besides free GPUs, as the GPUs the job may use.
+
+A plan that counts only GPUs puts jobs where slurmctld refuses them: four ``-c 6`` one-GPU
+jobs stacked on a node with one free CPU, an ``--exclusive`` job on a busy node, while
+other nodes idle. `Fit` is one plan's account of what each node has left. `Fit.usable`
+narrows the free GPUs to those a job may take now, cut so that *any* placement among them
+is one Slurm accepts; placers and agents then choose as they always do. `Fit.take` books a
+start, `Fit.release` gives a running job's share back (holds look ahead to running jobs'
+ends).
+
+The model is `PendingJob`'s, the one the simulator checks every start by: a job's ``cpus``
+spread over its nodes in proportion to its GPUs there, rounded up, so on a node where it
+takes ``k`` of its ``g`` GPUs it needs ``ceil(cpus * k / g)`` CPUs and ``mem_per_node`` MB
+(or ``mem_per_cpu`` MB per CPU); an exclusive job needs nodes where nothing runs and holds
+them whole, their other GPUs too; each node must have the job's GPU type and all its
+features and not be in its ``-x`` list. A ``-w`` list must be covered whole (Slurm puts the
+job on every node it names), so the job runs on exactly those nodes: one of them, or, for
+several, an exact set of GPUs touching each (a job that would need nodes beyond its list
+is left to Slurm). Without node capacity (``ClusterState.nodes`` is ``None``) only ``-w``,
+``-x`` and ``--exclusive`` (whole free nodes) can be honoured, and a job asking none of them
+costs nothing: `Fit.usable` returns the free mask itself, the simulator's fast path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from attentived.topology import Topology
+
+from .state import ClusterState, NodeCapacity, PendingJob, RunningJob
+
+
+def request(job: PendingJob) -> tuple:
+    """Everything `Fit.usable` reads of ``job``: jobs with equal requests may use the same GPUs."""
+    return (job.num_gpus, job.num_nodes, job.cpus, job.mem_per_node, job.mem_per_cpu, job.exclusive,
+            job.gpu_type, job.nodelist, job.exclude, job.features)
+
+
+class Fit:
+    """One plan's account of the nodes' CPUs and memory, and the GPUs each job may use.
+
+    Built from a snapshot (`Fit.of`, which copies the capacity arrays), then changed only
+    by `take` and `release`, so a plan can book its starts and a hold can look ahead on a
+    `copy` without touching the snapshot."""
+
+    __slots__ = ("topology", "cpus", "mem", "idle", "_capacity", "_occupied")
+
+    def __init__(self, topology: Topology, nodes: NodeCapacity | None = None, free: np.ndarray | None = None) -> None:
+        """``free``: the snapshot's free GPUs, to tell a node that runs no GPU job but is
+        busy all the same (CPU jobs: it stays unfit for ``--exclusive``); without it every
+        node that is not idle counts as such."""
+        self.topology = topology
+        self._capacity = nodes
+        self.cpus: np.ndarray | None = None  # free CPUs per node
+        self.mem: np.ndarray | None = None  # free MB per node
+        self.idle: np.ndarray | None = None  # nothing allocated (not even by this plan)
+        self._occupied: np.ndarray | None = None  # busy although no GPU of it is
+        if nodes is None:
+            return
+        n = len(topology.nodes)
+        if len(nodes.cpus) != n or len(nodes.mem) != n or len(nodes.idle) != n:
+            raise ValueError(f"node capacity describes {len(nodes.cpus)} nodes, the cluster has {n}")
+        self.cpus = np.array(nodes.cpus, dtype=np.int64)
+        self.mem = np.array(nodes.mem, dtype=np.int64)
+        self.idle = np.array(nodes.idle, dtype=bool)
+        all_free = np.ones(n, bool) if free is None else _node_counts(topology, free) == _sizes(topology)
+        self._occupied = ~self.idle & all_free
+
+    @classmethod
+    def of(cls, state: ClusterState) -> Fit:
+        return cls(state.topology, state.nodes, state.free)
+
+    def copy(self) -> Fit:
+        """An account that books apart from this one (without capacity nothing changes:
+        this one)."""
+        if self.cpus is None:
+            return self
+        assert self.mem is not None and self.idle is not None
+        out = Fit(self.topology)
+        out._capacity, out._occupied = self._capacity, self._occupied
+        out.cpus, out.mem, out.idle = self.cpus.copy(), self.mem.copy(), self.idle.copy()
+        return out
+
+    def capacity(self) -> NodeCapacity | None:
+        """What is left now, as a snapshot's ``nodes`` (``None`` when nothing is known)."""
+        if self._capacity is None:
+            return None
+        assert self.cpus is not None and self.mem is not None and self.idle is not None
+        return NodeCapacity(cpus=self.cpus.copy(), mem=self.mem.copy(), idle=self.idle.copy(),
+                            gpu_type=self._capacity.gpu_type, features=self._capacity.features)
+
+    def restricted(self, jobs: Sequence[PendingJob]) -> list[int]:
+        """Indices of ``jobs`` whose usable GPUs may be fewer than the free ones: one cheap
+        pass over a queue, so callers run `usable` only where it can matter."""
+        if self.cpus is None:
+            return [i for i, j in enumerate(jobs) if j.exclusive or j.gpu_type or j.nodelist or j.exclude or j.features]
+        return [
+            i for i, j in enumerate(jobs)
+            if j.cpus or j.mem_per_node or j.mem_per_cpu or j.exclusive or j.gpu_type or j.nodelist or j.exclude or j.features
+        ]
+
+    # ---- the GPUs a job may use ----
+
+    def usable(self, job: PendingJob, free: np.ndarray) -> np.ndarray:
+        """The GPUs of ``free`` that ``job`` may use now: ``free`` itself when nothing but
+        GPUs limits it, else a new mask in which every placement of the job (node shape
+        included) passes Slurm's checks. A node keeps only as many GPUs as the job's CPU
+        and memory share there allows, its fullest NVLink islands' first."""
+        sized = self.cpus is not None and bool(job.cpus or job.mem_per_node or job.mem_per_cpu)
+        if not (sized or job.exclusive or job.gpu_type or job.nodelist or job.exclude or job.features):
+            return free
+        topo = self.topology
+        node_free = _node_counts(topo, free)
+        room = np.where(self._static(job), node_free, 0)  # GPUs the job may take on each node
+        if job.exclusive:
+            whole = node_free == _sizes(topo)
+            if self._occupied is not None:
+                whole &= ~self._occupied
+            room[~whole] = 0
+        if sized:  # a node that could take the whole job keeps every free GPU for the placer
+            limit = self._share_limit(job)
+            room = np.where(limit >= job.num_gpus, room, np.minimum(room, limit))
+        listed = self._listed(job)
+        if job.num_nodes is not None:
+            per = job.num_gpus // job.num_nodes
+            if listed is not None and (len(listed) != job.num_nodes or (room[listed] < per).any()):
+                return np.zeros_like(free)
+            return free & (room >= per)[topo.gpu_node]
+        if listed is not None and len(listed) > 1:
+            room = _cover(room, listed, job.num_gpus)
+        return _fullest_first(topo, free, room)
+
+    def _share_limit(self, job: PendingJob) -> np.ndarray:
+        """Per node, the most GPUs of ``job`` whose CPU and memory share fit what is left."""
+        assert self.cpus is not None and self.mem is not None
+        g = job.num_gpus
+        limit = np.full(len(self.cpus), g, dtype=np.int64)
+        if job.cpus:
+            # ceil(cpus * k / g) <= free  <=>  k <= free * g / cpus
+            limit = np.minimum(limit, self.cpus * g // job.cpus)
+        if job.mem_per_node:
+            limit[self.mem < job.mem_per_node] = 0
+        elif job.mem_per_cpu and job.cpus:
+            limit = np.minimum(limit, self.mem // job.mem_per_cpu * g // job.cpus)
+        return limit
+
+    def _static(self, job: PendingJob) -> np.ndarray:
+        cap = self._capacity
+        return _MASKS.lookup(self.topology, None if cap is None else cap.gpu_type, None if cap is None else cap.features, job)
+
+    def _listed(self, job: PendingJob) -> np.ndarray | None:
+        """Node indices of the job's ``-w`` list (``None`` without one)."""
+        if not job.nodelist:
+            return None
+        index = self.topology.node_index
+        return np.array(sorted({index[n] for n in job.nodelist if n in index}), dtype=np.int64)
+
+    # ---- booking ----
+
+    def take(self, job: PendingJob, gpus: Sequence[int]) -> tuple[int, ...]:
+        """Book ``job`` starting on ``gpus``: its CPUs and memory leave its nodes (all that
+        is left there when exclusive). Returns the GPUs the caller must mark unusable: the
+        job's own, and every GPU of its nodes when it is exclusive."""
+        return self._book(job, gpus)[0]
+
+    def started(self, job: PendingJob, gpus: Sequence[int], now: float) -> RunningJob:
+        """Book ``job`` as `take` does and return the running job it becomes (holding every
+        GPU of its nodes when exclusive, with the CPUs and memory it took)."""
+        held, cpus, mem = self._book(job, gpus)
+        return RunningJob(job.job_id, job.user, held, job.submit_time, now, job.time_limit,
+                          cpus=cpus, mem=mem, exclusive=job.exclusive)
+
+    def _book(self, job: PendingJob, gpus: Sequence[int]) -> tuple[tuple[int, ...], int, int]:
+        if self.cpus is None and not job.exclusive:
+            return tuple(gpus), job.cpus, 0
+        topo = self.topology
+        nodes, k = np.unique(topo.gpu_node[list(gpus)], return_counts=True)
+        held = _node_gpus(topo, nodes) if job.exclusive else tuple(gpus)
+        if self.cpus is None:
+            return held, job.cpus, 0
+        assert self.mem is not None and self.idle is not None
+        if job.exclusive:
+            cpus, mem = self.cpus[nodes].copy(), self.mem[nodes].copy()
+        else:
+            cpus = -(-job.cpus * k // job.num_gpus)
+            mem = np.full(len(nodes), job.mem_per_node) if job.mem_per_node else job.mem_per_cpu * cpus
+        self.cpus[nodes] -= cpus
+        self.mem[nodes] -= mem
+        self.idle[nodes] = False
+        return held, int(cpus.sum()), int(mem.sum())
+
+    def release(self, run: RunningJob) -> tuple[int, ...]:
+        """Give back what ``run`` holds, as when it ends (spread over its nodes in
+        proportion to its GPUs there). Returns the GPUs that come back: its own, or every
+        GPU of its nodes when it is exclusive."""
+        if not run.exclusive and self.cpus is None:
+            return run.gpus
+        topo = self.topology
+        nodes, k = np.unique(topo.gpu_node[list(run.gpus)], return_counts=True)
+        if self.cpus is not None and (run.cpus or run.mem):
+            assert self.mem is not None
+            self.cpus[nodes] += -(-run.cpus * k // run.num_gpus)
+            self.mem[nodes] += -(-run.mem * k // run.num_gpus)
+        return _node_gpus(topo, nodes) if run.exclusive else run.gpus
+
+
+# ---- per-node masks of the static requests ----
+
+
+class _NodeMasks:
+    """Per-node masks of the requests that do not change while a job waits (GPU type,
+    features, ``-w``, ``-x``), one per distinct request. Kept while the cluster and its node
+    descriptions are the same objects, as they are for a whole replay and within one
+    daemon cycle, so the queue's few distinct requests are worked out once."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, object, object] | None = None
+        self._masks: dict[tuple, np.ndarray] = {}
+
+    def lookup(self, topo: Topology, types: tuple[str, ...] | None, features: tuple[frozenset[str], ...] | None,
+               job: PendingJob) -> np.ndarray:
+        key = self._key
+        if key is None or key[0] is not topo or key[1] is not types or key[2] is not features:
+            self._key, self._masks = (topo, types, features), {}
+        wanted = (job.gpu_type, job.features, job.nodelist, job.exclude)
+        mask = self._masks.get(wanted)
+        if mask is None:
+            mask = self._masks[wanted] = _static_mask(topo, types, features, job)
+        return mask
+
+
+_MASKS = _NodeMasks()
+
+
+def _static_mask(topo: Topology, types: tuple[str, ...] | None, features: tuple[frozenset[str], ...] | None,
+                 job: PendingJob) -> np.ndarray:
+    """Nodes with the job's GPU type and features (unknown without node descriptions: not
+    checked), in its ``-w`` list when it has one (a name the cluster lacks: nowhere), not
+    in its ``-x`` list."""
+    ok = np.ones(len(topo.nodes), bool)
+    if types is not None and job.gpu_type:
+        ok &= np.array([t == job.gpu_type for t in types])
+    if features is not None and job.features:
+        need = frozenset(job.features)
+        ok &= np.array([need <= f for f in features])
+    index = topo.node_index
+    if job.nodelist:
+        listed = np.zeros(len(ok), bool)
+        if all(n in index for n in job.nodelist):
+            listed[[index[n] for n in job.nodelist]] = True
+        ok &= listed
+    ok[[index[n] for n in job.exclude if n in index]] = False
+    ok.setflags(write=False)
+    return ok
+
+
+# ---- helpers ----
+
+
+def _sizes(topo: Topology) -> np.ndarray:
+    return np.diff(topo.node_first_gpu)
+
+
+def _node_counts(topo: Topology, mask: np.ndarray) -> np.ndarray:
+    return np.bincount(topo.gpu_node, weights=mask, minlength=len(topo.nodes)).astype(np.int64)
+
+
+def _node_gpus(topo: Topology, nodes: np.ndarray) -> tuple[int, ...]:
+    first = topo.node_first_gpu
+    return tuple(g for n in nodes.tolist() for g in range(int(first[n]), int(first[n + 1])))
+
+
+def _cover(room: np.ndarray, listed: np.ndarray, n: int) -> np.ndarray:
+    """How many GPUs to keep on each node so that a job of ``n`` GPUs must touch every
+    listed node: exactly ``n`` in all, at least one on each, the rest where most room is
+    (all zero when that is impossible now)."""
+    out = np.zeros_like(room)
+    r = room[listed]
+    if (r < 1).any() or int(r.sum()) < n or len(listed) > n:
+        return out
+    order = np.argsort(-r, kind="stable")
+    extra = r[order] - 1
+    before = np.cumsum(extra) - extra
+    give = np.clip(n - len(listed) - before, 0, extra)
+    keep = np.ones(len(listed), dtype=np.int64)
+    keep[order] += give
+    out[listed] = keep
+    return out
+
+
+def _fullest_first(topo: Topology, free: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``free`` with at most ``keep[n]`` GPUs left on node ``n``: those of its fullest
+    NVLink islands (a job cut to fewer GPUs on a node should still share islands)."""
+    mask = free & (keep > 0)[topo.gpu_node]
+    if (_node_counts(topo, mask) <= keep).all():
+        return mask
+    g = np.flatnonzero(mask)
+    island = topo.gpu_island[g]
+    island_free = np.bincount(island, minlength=topo.num_islands)
+    node = topo.gpu_node[g]
+    order = np.lexsort((g, island, -island_free[island], node))
+    g, node = g[order], node[order]
+    rank = np.arange(len(g)) - np.searchsorted(node, node)
+    out = np.zeros_like(mask)
+    out[g[rank < keep[node]]] = True
+    return out
