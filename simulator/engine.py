@@ -5,6 +5,12 @@ decision point (after every event batch at one instant, when some pending job co
 the policy gets a frozen ``ClusterState`` -- the same type the daemon builds from Slurm --
 and returns a ``Plan``. The engine trusts nothing in the plan: every start is checked
 (job pending, GPUs free and distinct, count and node shape right) before it is applied.
+
+When the cluster declares per-node CPUs or memory, or some job asks for more than GPUs
+(CPUs, memory, ``--exclusive``, a GPU type, ``-w``/``-x``, features), the engine also
+keeps each node's free CPUs and memory and whether it is idle, shows them to the policy
+as ``ClusterState.nodes`` and checks every start against them as Slurm would (see
+``_Resources``). Otherwise ``nodes`` is ``None`` and none of that costs anything.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -23,6 +29,7 @@ from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
 from attentived.agents.state import (
     ClusterState,
+    NodeCapacity,
     PendingJob,
     QueueArrays,
     RowView,
@@ -37,6 +44,10 @@ from .trace import TraceJob
 
 _COMPLETION, _ARRIVAL = 0, 1  # at one instant, free GPUs before new jobs are seen
 
+#: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
+#: job asks, and small enough that sums over a million nodes stay inside int64.
+UNKNOWN_CAPACITY = 1 << 40
+
 
 class PolicyError(RuntimeError):
     """The policy returned a plan that cannot be carried out (a bug in the policy)."""
@@ -44,6 +55,18 @@ class PolicyError(RuntimeError):
 
 class SimulationStalled(RuntimeError):
     """Jobs are pending, nothing runs and nothing will arrive: no policy decision can help."""
+
+
+class UnstartableJob(ValueError):
+    """A job that no placement on this cluster could ever start (found before replaying)."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(f"job {job_id} can never start on this cluster: {reason}")
+
+    def __reduce__(self) -> tuple[type[UnstartableJob], tuple[str, str]]:
+        return UnstartableJob, (self.job_id, self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +87,14 @@ class SimJob:
             time_limit=self.time_limit,
             model=self.model,
             oracle_duration=j.duration if oracle else None,
+            cpus=j.cpus,
+            mem_per_node=j.mem_per_node,
+            mem_per_cpu=j.mem_per_cpu,
+            exclusive=j.exclusive,
+            gpu_type=j.gpu_type,
+            nodelist=j.nodelist,
+            exclude=j.exclude,
+            features=j.features,
         )
 
 
@@ -146,6 +177,9 @@ class Simulation:
         self.oracle = policy is not None and policy.needs_oracle
         # Every job's queue row, built once: snapshots slice it instead of rebuilding arrays.
         self._as_pending = tuple(s.pending(self.oracle) for s in self.jobs)
+        self._res = _Resources.of(topology, self._as_pending)
+        if self._res is not None:
+            self._as_pending = self._res.prepare(self._as_pending)
         self._table = QueueArrays.of(self._as_pending)
         self._row = {s.job.job_id: i for i, s in enumerate(self.jobs)}
 
@@ -162,6 +196,8 @@ class Simulation:
         for s in self.jobs:
             heapq.heappush(self._events, (s.job.submit_time, _ARRIVAL, next(self._counter), s.job.job_id))
         self._free = np.ones(self.topology.num_gpus, dtype=bool)
+        if self._res is not None:
+            self._res.reset()
         self._pending: dict[str, PendingJob] = {}  # insertion order = arrival order
         # Rows of pending jobs as a bitmap; rows below _first_pending are never pending
         # again, so a snapshot scans only the window of jobs that arrived and still wait.
@@ -221,11 +257,13 @@ class Simulation:
                 user=t.user[rows],
                 users=t.users,
             ),
+            nodes=None if self._res is None else self._res.capacity(),
         )
 
     def apply(self, plan: Plan) -> None:
         """Start the plan's jobs (after checking it) and schedule their completions."""
-        for job_id, gpus in self._checked_starts(plan):
+        starts = self._checked_starts(plan)
+        for job_id, gpus in starts:
             pj = self._pending.pop(job_id)
             self._is_pending[self._row[job_id]] = False
             self._sizes[pj.num_gpus] -= 1
@@ -233,7 +271,13 @@ class Simulation:
                 del self._sizes[pj.num_gpus]
             self._free[list(gpus)] = False
             s = self._by_id[job_id]
-            self._running[job_id] = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit)
+            if self._res is None:
+                self._running[job_id] = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit)
+            else:
+                held = self._res.start(job_id, self._free)
+                self._running[job_id] = RunningJob(
+                    job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit, held.cpus, held.mem, pj.exclusive
+                )
             end = self.now + self.speed.runtime(s.model, s.job.duration, gpus)
             heapq.heappush(self._events, (end, _COMPLETION, next(self._counter), job_id))
         if self._pending and not self._running and not self._events:
@@ -267,6 +311,8 @@ class Simulation:
     def _finish(self, job_id: str) -> None:
         run = self._running.pop(job_id)
         self._free[list(run.gpus)] = True
+        if self._res is not None:
+            self._res.finish(job_id, self._free)
         s = self._by_id[job_id]
         self._users[run.user] = self._users.get(run.user, UserStats()).add(
             run.num_gpus, run.start_time - run.submit_time, self.now - run.start_time, run.time_limit
@@ -308,4 +354,206 @@ class Simulation:
                     raise PolicyError(f"{where}: needs {job.num_nodes} nodes x {job.num_gpus // job.num_nodes} GPUs")
             taken.update(gpus)
             out.append((st.job_id, gpus))
+        if self._res is not None and out:
+            self._res.check(out, pending, self.name)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """What one started job takes from its nodes besides GPUs (arrays aligned with ``nodes``)."""
+
+    nodes: np.ndarray
+    node_cpus: np.ndarray  # taken from each node's free CPUs
+    node_mem: np.ndarray  # taken from each node's free MB
+    exclusive: bool
+    cpus: int  # in all, as RunningJob shows it (an exclusive job: all its nodes had)
+    mem: int
+
+
+class _Resources:
+    """Each node's free CPUs and memory, its jobs, and the checks Slurm makes at a start.
+
+    A job's ``cpus`` spread over its nodes in proportion to its GPUs there, rounded up per
+    node (``ceil(cpus * g / num_gpus)``); its memory per node is ``mem_per_node``, or
+    ``mem_per_cpu`` times its CPUs there. A start must fit every node it touches: CPUs and
+    memory free, the GPU type and features the job asks for, no node it excludes, every
+    node of its ``nodelist`` among them; an ``exclusive`` job needs idle nodes and then
+    holds them whole (their other GPUs too; ``RunningJob.cpus``/``mem`` then say all its
+    nodes had, as `attentived.agents.fit` books them), and no job may join a node held
+    whole. A node's undeclared CPUs or memory (0 in the cluster file) count as `UNKNOWN_CAPACITY`.
+    A cluster that names no GPU type (no features) cannot honour a job's type (features):
+    those requests are dropped, as in a replay on a quick ``--nodes`` cluster.
+    """
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        nodes = topology.nodes
+        self.total_cpus = np.array([n.cpus or UNKNOWN_CAPACITY for n in nodes], dtype=np.int64)
+        self.total_mem = np.array([n.mem_mb or UNKNOWN_CAPACITY for n in nodes], dtype=np.int64)
+        self.gpu_type = tuple(n.gpu_type for n in nodes)
+        self.features = tuple(frozenset(n.features) for n in nodes)
+        self.node_gpus = np.diff(topology.node_first_gpu)
+        self.gpu_node = topology.gpu_node.tolist()
+        self.reset()
+
+    @classmethod
+    def of(cls, topology: Topology, jobs: Sequence[PendingJob]) -> _Resources | None:
+        """Tracking when the cluster declares CPUs or memory or some job asks for more than GPUs."""
+        declared = any(n.cpus or n.mem_mb for n in topology.nodes)
+        if declared or any(_asks_more_than_gpus(j) for j in jobs):
+            return cls(topology)
+        return None
+
+    def prepare(self, jobs: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
+        """The jobs with the requests this cluster cannot model dropped; a job that could
+        never start anywhere is an `UnstartableJob` now rather than a stalled replay later."""
+        typed, featured = any(self.gpu_type), any(self.features)
+        out = []
+        for job in jobs:
+            if (job.gpu_type and not typed) or (job.features and not featured):
+                job = replace(job, gpu_type=job.gpu_type if typed else "", features=job.features if featured else ())
+            problem = self._never_fits(job)
+            if problem:
+                raise UnstartableJob(job.job_id, problem)
+            out.append(job)
+        return tuple(out)
+
+    def reset(self) -> None:
+        self.cpus = self.total_cpus.copy()
+        self.mem = self.total_mem.copy()
+        self.jobs = np.zeros(len(self.total_cpus), dtype=np.int64)  # jobs on each node
+        self.whole = np.zeros(len(self.total_cpus), dtype=bool)  # held by an exclusive job
+        self.held: dict[str, _Held] = {}
+        self._planned: dict[str, _Held] = {}
+
+    def capacity(self) -> NodeCapacity:
+        cpus, mem, idle = self.cpus.copy(), self.mem.copy(), self.jobs == 0
+        for a in (cpus, mem, idle):
+            a.setflags(write=False)
+        return NodeCapacity(cpus=cpus, mem=mem, idle=idle, gpu_type=self.gpu_type, features=self.features)
+
+    # ---- a plan's starts: all checked first (on copies), then applied one by one ----
+
+    def check(self, starts: Sequence[tuple[str, tuple[int, ...]]], pending: dict[str, PendingJob], policy: str) -> None:
+        """Raise PolicyError unless every start fits, in plan order; then reserve them all."""
+        cpus, mem, jobs, whole = self.cpus.copy(), self.mem.copy(), self.jobs.copy(), self.whole.copy()
+        planned: dict[str, _Held] = {}
+        for job_id, gpus in starts:
+            job = pending[job_id]
+            where = f"policy {policy}: start of job {job_id}"
+            per_node = Counter(self.gpu_node[g] for g in gpus)
+            nodes = sorted(per_node)
+            names = [self.topology.nodes[n].name for n in nodes]
+            missing = [n for n in job.nodelist if n not in names]
+            if missing:
+                raise PolicyError(f"{where}: its nodelist (-w) needs node {missing[0]} among its nodes {names}")
+            take_cpus = np.zeros(len(nodes), dtype=np.int64)
+            take_mem = np.zeros(len(nodes), dtype=np.int64)
+            for i, (n, name) in enumerate(zip(nodes, names)):
+                g = per_node[n]
+                need_cpus = -(-job.cpus * g // job.num_gpus)
+                need_mem = job.mem_per_node or job.mem_per_cpu * need_cpus
+                if name in job.exclude:
+                    raise PolicyError(f"{where}: node {name} is excluded (-x)")
+                if job.gpu_type and self.gpu_type[n] != job.gpu_type:
+                    raise PolicyError(
+                        f"{where}: node {name} has GPU type {self.gpu_type[n] or 'unknown'!r}, the job asks for {job.gpu_type!r}"
+                    )
+                lacking = sorted(set(job.features) - self.features[n])
+                if lacking:
+                    raise PolicyError(f"{where}: node {name} lacks feature(s) {', '.join(lacking)}")
+                if whole[n]:
+                    raise PolicyError(f"{where}: node {name} is held whole by an exclusive job")
+                if job.exclusive and jobs[n]:
+                    raise PolicyError(f"{where}: an exclusive job needs node {name} idle, {jobs[n]} job(s) run there")
+                if need_cpus > cpus[n]:
+                    raise PolicyError(f"{where}: needs {need_cpus} CPUs on node {name}, {cpus[n]} are free")
+                if need_mem > mem[n]:
+                    raise PolicyError(f"{where}: needs {need_mem} MB on node {name}, {mem[n]} MB are free")
+                take_cpus[i] = cpus[n] if job.exclusive else need_cpus
+                take_mem[i] = mem[n] if job.exclusive else need_mem
+                cpus[n] -= take_cpus[i]
+                mem[n] -= take_mem[i]
+                jobs[n] += 1
+                whole[n] = job.exclusive
+            held_nodes = np.array(nodes, dtype=np.int64)
+            planned[job_id] = _Held(held_nodes, take_cpus, take_mem, job.exclusive, int(take_cpus.sum()), int(take_mem.sum()))
+        self.cpus, self.mem, self.jobs, self.whole = cpus, mem, jobs, whole
+        self._planned = planned
+
+    def start(self, job_id: str, free: np.ndarray) -> _Held:
+        """Record a checked start; an exclusive job's nodes' other GPUs leave ``free``."""
+        held = self.held[job_id] = self._planned.pop(job_id)
+        if held.exclusive:
+            self._set_node_gpus(held.nodes, free, False)
+        return held
+
+    def finish(self, job_id: str, free: np.ndarray) -> None:
+        held = self.held.pop(job_id)
+        self.cpus[held.nodes] += held.node_cpus
+        self.mem[held.nodes] += held.node_mem
+        self.jobs[held.nodes] -= 1
+        if held.exclusive:
+            self.whole[held.nodes] = False
+            self._set_node_gpus(held.nodes, free, True)
+
+    def _set_node_gpus(self, nodes: np.ndarray, free: np.ndarray, value: bool) -> None:
+        first = self.topology.node_first_gpu
+        for n in nodes.tolist():
+            free[int(first[n]) : int(first[n + 1])] = value
+
+    def _never_fits(self, job: PendingJob) -> str:
+        """Why ``job`` fits no node set of the empty cluster ("" when it may fit)."""
+        index = self.topology.node_index
+        unknown = [n for n in job.nodelist if n not in index]
+        if unknown:
+            return f"its nodelist (-w) names {unknown[0]}, which the cluster does not have"
+        excluded = set(job.exclude)
+        ok = [
+            i
+            for i, node in enumerate(self.topology.nodes)
+            if node.name not in excluded
+            and (not job.gpu_type or self.gpu_type[i] == job.gpu_type)
+            and set(job.features) <= self.features[i]
+        ]
+        wanted = []
+        if job.gpu_type:
+            wanted.append(f"GPU type {job.gpu_type}")
+        if job.features:
+            wanted.append(f"features {'&'.join(job.features)}")
+        what = " with " + " and ".join(wanted) if wanted else ""
+        bad = [n for n in job.nodelist if index[n] not in ok]
+        if bad:
+            return f"node {bad[0]} of its nodelist (-w) is not a node{what} it may use"
+        if len(job.nodelist) > job.num_gpus:
+            return f"its nodelist (-w) names {len(job.nodelist)} nodes but it has only {job.num_gpus} GPUs to spread on them"
+        listed = int(sum(self.node_gpus[index[n]] for n in job.nodelist))
+        if job.nodelist and listed < job.num_gpus:
+            # Slurm would add nodes; the placers (agents.fit) keep a -w job on its nodes
+            return f"it needs {job.num_gpus} GPU(s), the nodes of its nodelist (-w) have {listed}"
+        gpus = int(self.node_gpus[ok].sum())
+        if gpus < job.num_gpus:
+            return f"it needs {job.num_gpus} GPU(s), the nodes{what} it may use have {gpus}"
+        if job.num_gpus == 1 or job.num_nodes == 1:
+            mem = job.mem_per_node or job.mem_per_cpu * job.cpus
+            if not any(
+                self.node_gpus[i] >= job.num_gpus and self.total_cpus[i] >= job.cpus and self.total_mem[i] >= mem for i in ok
+            ):
+                return f"no node{what} has {job.num_gpus} GPU(s), {job.cpus} CPUs and {mem} MB"
+        elif job.cpus > int(self.total_cpus[ok].sum()):
+            return f"it needs {job.cpus} CPUs, the nodes{what} it may use have {int(self.total_cpus[ok].sum())}"
+        return ""
+
+
+def _asks_more_than_gpus(job: PendingJob) -> bool:
+    return bool(
+        job.cpus
+        or job.mem_per_node
+        or job.mem_per_cpu
+        or job.exclusive
+        or job.gpu_type
+        or job.nodelist
+        or job.exclude
+        or job.features
+    )

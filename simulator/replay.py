@@ -13,9 +13,9 @@ from attentived.agents.policy import Policy
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel
 
-from .engine import SimResult, Simulation, prepare_jobs
+from .engine import SimResult, Simulation, UnstartableJob, prepare_jobs
 from .metrics import SUMMARY_KEYS, summarize
-from .trace import Trace, check_fits
+from .trace import Trace, TraceError, check_fits
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,10 @@ def replay(
     seed: int = 0,
     on_policy: Callable[[str], Callable[[int], None] | None] | None = None,
 ) -> Replay:
-    """Run each policy; ``on_policy(name)`` may return a progress callback for that run."""
+    """Run each policy; ``on_policy(name)`` may return a progress callback for that run.
+
+    A job that could never start on ``topology`` (more GPUs than it has, or CPUs, memory,
+    a GPU type, features or ``-w`` nodes no node offers) is a TraceError at its line."""
     check_fits(trace, topology.num_gpus)
     jobs = prepare_jobs(trace.jobs, seed)
     speed = SpeedModel(topology)
@@ -57,6 +60,11 @@ def replay(
         if policy.name in runs:
             raise ValueError(f"policy {policy.name} given twice")
         progress = on_policy(policy.name) if on_policy else None
-        result = Simulation(jobs, topology, policy, speed=speed, progress=progress).run()
+        try:
+            sim = Simulation(jobs, topology, policy, speed=speed, progress=progress)
+        except UnstartableJob as e:
+            line = next(j.line for j in trace.jobs if j.job_id == e.job_id)
+            raise TraceError(trace.path, str(e), line=line) from None
+        result = sim.run()
         runs[policy.name] = PolicyRun(result, summarize(result.records, topology.num_gpus))
     return Replay(trace, topology, seed, runs)

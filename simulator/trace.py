@@ -4,8 +4,14 @@ A trace is what the simulator replays: when each job was submitted, by whom, how
 it asked for and how long it ran. Four CSV layouts are read, told apart by their header row:
 
 generic
-    ``job_id,submit_time,user,num_gpus,duration[,model]``; times in seconds. Other columns
-    are ignored, so an exported table with extra fields loads as it is.
+    ``job_id,submit_time,user,num_gpus,duration[,model]``; times in seconds. Optional
+    columns say what else the job asked Slurm for (an empty cell: nothing): ``cpus`` (in
+    all), ``mem_per_node`` or ``mem_per_cpu`` (MB, or with a K/M/G/T suffix as Slurm's
+    ``--mem``; not both in one row), ``exclusive`` (0/1, true/false, yes/no), ``gpu_type``
+    (``--gres=gpu:TYPE:n``), ``nodelist`` and ``exclude`` (Slurm hostlists, ``-w``/``-x``)
+    and ``features`` (``-C``: names separated by ``&`` or spaces; ``|`` and the other
+    operators are not modelled). Other columns are ignored, so an exported table with
+    extra fields loads as it is.
 philly
     ``timestamp,duration,num_gpus,gpu_time,cluster``: the Microsoft Philly trace as
     published with Pollux (petuum/adaptdl). ``cluster`` (the virtual-cluster id) is the only
@@ -16,7 +22,10 @@ tiresias
 alibaba
     ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,
     deletion_time,scheduled_time``: the Alibaba GPU 2023 pod list (cluster-trace-gpu-v2023).
-    ``qos`` is the user. Only whole-GPU pods are scheduling jobs in our sense, so pods
+    ``qos`` is the user; ``cpu_milli`` becomes ``cpus`` (rounded up to whole CPUs),
+    ``memory_mib`` ``mem_per_node`` (a pod runs on one node) and ``gpu_spec`` the GPU type
+    when it names one (a list of alternatives, ``A10|T4``, asks for none in particular).
+    Only whole-GPU pods are scheduling jobs in our sense, so pods
     without GPUs, GPU-sharing pods (``gpu_milli`` below 1000; empty or 0 means whole GPUs),
     pods never scheduled or never deleted (an empty or ``nan`` time), and pods deleted in
     the second they were scheduled (the trace has one-second resolution) are skipped and
@@ -56,6 +65,8 @@ from datetime import date
 from functools import partial
 from pathlib import Path
 
+from attentived.topology import hostlist
+
 __all__ = [
     "FORMATS",
     "Trace",
@@ -82,6 +93,17 @@ class TraceJob:
     """Workload/model name, lower-case, when the trace has one."""
     line: int
     """1-based line in the source file, so later errors can point back at it."""
+    cpus: int = 0
+    """What else the job asked Slurm for, when the trace says (0 / empty: nothing): CPUs in
+    all, memory per node or per CPU (MB), whole nodes, a GPU type, nodes it must include
+    (``-w``) or avoid (``-x``), and node features it requires (``-C``)."""
+    mem_per_node: int = 0
+    mem_per_cpu: int = 0
+    exclusive: bool = False
+    gpu_type: str = ""
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,17 +148,27 @@ FORMATS: dict[str, tuple[str, ...]] = {
         "pod_phase", "creation_time", "deletion_time", "scheduled_time",
     ),
 }  # fmt: skip
-_OPTIONAL = {"generic": ("model",)}
+_REQUESTS = ("cpus", "mem_per_node", "mem_per_cpu", "exclusive", "gpu_type", "nodelist", "exclude", "features")
+_OPTIONAL = {"generic": ("model", *_REQUESTS)}
 
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}):(\d{2}):(\d{2})", re.ASCII)
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)", re.ASCII)
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _GZIP_MAGIC = b"\x1f\x8b"
+_MEGABYTES = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)b?", re.ASCII | re.IGNORECASE)
+_MB_PER_UNIT = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2}
+_TRUE, _FALSE = ("1", "true", "yes", "y"), ("", "0", "false", "no", "n")
+_FEATURE_SPLIT = re.compile(r"[\s&]+")
+_NOT_A_NAME = re.compile(r"[^\w.+\-]", re.ASCII)  # a GPU type or feature: letters, digits, _ . + -
+
+# What a row asked for besides GPUs, in TraceJob's field order (cpus .. features).
+_Requests = tuple[int, int, int, bool, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 # A parsed row: (submit seconds on the trace's own clock, job_id, user, num_gpus, duration,
-# model, line). Job ids are unique, so plain tuple order is (submit_time, job_id) order.
-_Row = tuple[float, str, str, int, float, str | None, int]
+# model, line, requests or None). Job ids are unique, so plain tuple order is
+# (submit_time, job_id) order.
+_Row = tuple[float, str, str, int, float, str | None, int, _Requests | None]
 
 
 def parse_duration(text: str) -> float:
@@ -195,8 +227,8 @@ def load_trace(
         raise TraceError(path_text, _empty_message(rows, first, start, end, users))
     base = kept[0][0]
     jobs = tuple(
-        TraceJob(job_id, (submit - base) / load_scale, user, gpus, duration, model, line)
-        for submit, job_id, user, gpus, duration, model, line in kept
+        TraceJob(job_id, (submit - base) / load_scale, user, gpus, duration, model, line, *(requests or ()))
+        for submit, job_id, user, gpus, duration, model, line, requests in kept
     )
     return Trace(_stem(path_text), path_text, fmt, jobs, skipped)
 
@@ -391,6 +423,47 @@ class _Source:
             raise self.error(line, field, f"must be at least {minimum}, got {text.strip()}")
         return int(value)
 
+    def megabytes(self, text: str, line: int, field: str) -> int:
+        """Memory in MB (rounded up): ``16000``, ``16G``, ``512M``, ``1.5T``; empty is 0."""
+        stripped = text.strip()
+        if not stripped:
+            return 0
+        match = _MEGABYTES.fullmatch(stripped)
+        if match is None:
+            raise self.error(line, field, f"{stripped!r} is not an amount of memory (MB, or a number with K, M, G or T)")
+        return math.ceil(float(match.group(1)) * _MB_PER_UNIT[match.group(2).lower()])
+
+    def flag(self, text: str, line: int, field: str) -> bool:
+        word = text.strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise self.error(line, field, f"{text.strip()!r} is not a yes/no value (0/1, true/false, yes/no)")
+
+    def hosts(self, text: str, line: int, field: str) -> tuple[str, ...]:
+        """A Slurm hostlist (``node[1-3],gpu7``) as distinct names; empty is none."""
+        if not text.strip():
+            return ()
+        try:
+            return tuple(dict.fromkeys(hostlist.expand(text)))
+        except ValueError as exc:
+            raise self.error(line, field, f"{text.strip()!r} is not a Slurm hostlist: {exc}") from None
+
+    def features(self, text: str, line: int, field: str) -> tuple[str, ...]:
+        """``a&b`` or ``a b``: every named feature is required (Slurm's AND)."""
+        names = tuple(dict.fromkeys(n for n in _FEATURE_SPLIT.split(text.strip()) if n))
+        for name in names:
+            if _NOT_A_NAME.search(name):
+                raise self.error(
+                    line, field, f"{text.strip()!r}: only feature names joined by '&' or spaces are modelled"
+                )
+        return names
+
+    def gpu_type(self, text: str, line: int, field: str) -> str:
+        stripped = text.strip()
+        if _NOT_A_NAME.search(stripped):
+            raise self.error(line, field, f"{stripped!r} is not one GPU type name (letters, digits, _ . + -)")
+        return stripped
+
     def name(self, text: str, line: int, field: str) -> str:
         stripped = text.strip()
         if not stripped:
@@ -437,6 +510,7 @@ def _generic_rows(source: _Source, columns: dict[str, int]) -> _RowParser:
     i_id, i_submit, i_user, i_gpus, i_duration = (columns[name] for name in FORMATS["generic"])
     i_model = columns.get("model")
     ids = _UniqueIds(source, "job_id")
+    requests = _requests_parser(source, columns)
 
     def parse(fields: list[str], line: int) -> _Row:
         return (
@@ -447,7 +521,44 @@ def _generic_rows(source: _Source, columns: dict[str, int]) -> _RowParser:
             source.duration(fields[i_duration], line, "duration"),
             None if i_model is None else (fields[i_model].strip().lower() or None),
             line,
+            None if requests is None else requests(fields, line),
         )
+
+    return parse
+
+
+def _requests_parser(source: _Source, columns: dict[str, int]) -> Callable[[list[str], int], _Requests | None] | None:
+    """The generic format's optional request columns (``None`` when the header has none)."""
+    present = {name: columns[name] for name in _REQUESTS if name in columns}
+    if not present:
+        return None
+
+    def cell(fields: list[str], name: str) -> str:
+        index = present.get(name)
+        return "" if index is None else fields[index]
+
+    def parse(fields: list[str], line: int) -> _Requests | None:
+        cpus_text = cell(fields, "cpus")
+        cpus = source.count(cpus_text, line, "cpus", 0) if cpus_text.strip() else 0
+        per_node = source.megabytes(cell(fields, "mem_per_node"), line, "mem_per_node")
+        per_cpu = source.megabytes(cell(fields, "mem_per_cpu"), line, "mem_per_cpu")
+        if per_node and per_cpu:
+            raise source.error(line, "mem_per_cpu", "give mem_per_node or mem_per_cpu, not both (as Slurm)")
+        if per_cpu and not cpus:
+            raise source.error(line, "mem_per_cpu", "memory per CPU needs a cpus count")
+        out = (
+            cpus,
+            per_node,
+            per_cpu,
+            source.flag(cell(fields, "exclusive"), line, "exclusive"),
+            source.gpu_type(cell(fields, "gpu_type"), line, "gpu_type"),
+            source.hosts(cell(fields, "nodelist"), line, "nodelist"),
+            source.hosts(cell(fields, "exclude"), line, "exclude"),
+            source.features(cell(fields, "features"), line, "features"),
+        )
+        if overlap := set(out[5]).intersection(out[6]):
+            raise source.error(line, "exclude", f"{sorted(overlap)[0]} is both in nodelist and excluded")
+        return out if any(out) else None
 
     return parse
 
@@ -464,6 +575,7 @@ def _philly_rows(source: _Source, columns: dict[str, int]) -> _RowParser:
             source.duration(fields[i_duration], line, "duration"),
             None,
             line,
+            None,
         )
 
     return parse
@@ -484,6 +596,7 @@ def _tiresias_rows(source: _Source, columns: dict[str, int]) -> _RowParser:
             source.duration(fields[i_duration], line, "duration"),
             fields[i_model].strip().lower() or None,
             line,
+            None,
         )
 
     return parse
@@ -495,6 +608,13 @@ def _alibaba_rows(source: _Source, columns: dict[str, int]) -> _RowParser:
     def optional_time(fields: list[str], line: int, field: str) -> float | None:
         text = fields[columns[field]]
         return None if text.strip().lower() in ("", "nan") else source.number(text, line, field)
+
+    def amount(fields: list[str], line: int, field: str) -> float:
+        text = fields[columns[field]].strip()
+        value = source.number(text, line, field) if text else 0.0
+        if value < 0:
+            raise source.error(line, field, f"must be at least 0, got {text}")
+        return value
 
     def parse(fields: list[str], line: int) -> _Row | None:
         name = ids.check(source.name(fields[columns["name"]], line, "name"), line)
@@ -513,7 +633,12 @@ def _alibaba_rows(source: _Source, columns: dict[str, int]) -> _RowParser:
         if gpus == 0 or 0 < milli < 1000 or scheduled is None or deleted is None or deleted == scheduled:
             return None
         user = source.name(fields[columns["qos"]], line, "qos")
-        return (created, name, user, gpus, deleted - scheduled, None, line)
+        cpus = math.ceil(amount(fields, line, "cpu_milli") / 1000)
+        mem = math.ceil(amount(fields, line, "memory_mib"))
+        spec = fields[columns["gpu_spec"]].strip()
+        gpu_type = "" if "|" in spec else source.gpu_type(spec, line, "gpu_spec")
+        requests: _Requests = (cpus, mem, 0, False, gpu_type, (), (), ())
+        return (created, name, user, gpus, deleted - scheduled, None, line, requests if any(requests) else None)
 
     return parse
 

@@ -20,9 +20,17 @@ Format::
     names = "dgx[01-02]"
     nvidia_smi_topo = "dgx.txt"   # instead of gpus/islands/sockets; relative to this file
     nvlink_gbps_per_link = 25.0   # optional, GB/s per bonded NVLink in NV# cells
+    cpus = 128                    # optional, any node table: CPUs per node (Slurm CPUs=)
+    mem_mb = 1024000              # optional: memory per node in MB (Slurm RealMemory=)
+    gpu_type = "a100"             # optional: the gres type jobs ask for (--gres=gpu:a100:2)
+    features = ["ib", "nvme"]     # optional: node features (Slurm Features=; or "ib,nvme")
 
     [switches]                    # optional; parent of each switch, roots omitted
     sw1 = "spine"
+
+``cpus``, ``mem_mb``, ``gpu_type`` and ``features`` say what Slurm checks besides GPUs
+before it starts a job on the node (the simulator then enforces jobs' CPU, memory, GPU
+type, feature and ``--exclusive`` requests); left out, they are unknown and unchecked.
 
 Nodes get dense GPU ids in natural name order (``node2`` before ``node10``), whatever the
 order of the tables, so ids match Slurm's node order. Errors name the file and the key:
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import fields, replace
 from pathlib import Path
@@ -44,7 +53,11 @@ from .nvsmi import MAX_GPUS_PER_NODE, TopologyParseError, parse_nvidia_smi_topo
 from .shape import uniform
 
 _TOP_KEYS = ("bandwidths", "nodes", "switches")
-_NODE_KEYS = ("names", "switch", "gpus", "islands", "sockets", "nvidia_smi_topo", "nvlink_gbps_per_link")
+_NODE_KEYS = (
+    "names", "switch", "gpus", "islands", "sockets", "nvidia_smi_topo", "nvlink_gbps_per_link",
+    "cpus", "mem_mb", "gpu_type", "features",
+)  # fmt: skip
+_TOKEN = re.compile(r"[^\s,&|:!*\[\]()]+")  # a GPU type or feature name as Slurm reads one
 _SHAPE_KEYS = ("gpus", "islands", "sockets")
 _BANDWIDTH_KEYS = tuple(f.name for f in fields(Bandwidths))
 
@@ -98,8 +111,32 @@ def _nodes(tables: Any, source: str, base_dir: Path) -> tuple[Node, ...]:
             defined[name] = index
         template = _node_template(table, source, key, base_dir)
         switch = _string(table.get("switch", "sw0"), source, f"{key}.switch")
-        built += [replace(template, name=name, switch=switch) for name in names]
+        extra = _resources(table, source, key)
+        built += [replace(template, name=name, switch=switch, **extra) for name in names]
     return tuple(sorted(built, key=lambda node: hostlist.natural_key(node.name)))
+
+
+def _resources(table: dict[str, Any], source: str, key: str) -> dict[str, Any]:
+    """``cpus``, ``mem_mb``, ``gpu_type`` and ``features`` of a table, those it gives."""
+    out: dict[str, Any] = {}
+    for name in ("cpus", "mem_mb"):
+        if name in table:
+            value = table[name]
+            if not _is_int(value) or value < 1:
+                raise TopologyParseError(source, f"must be a whole number of at least 1, got {value!r}", key=f"{key}.{name}")
+            out[name] = value
+    if "gpu_type" in table:
+        out["gpu_type"] = _token(table["gpu_type"], source, f"{key}.gpu_type")
+    if "features" in table:
+        value = table["features"]
+        if isinstance(value, str):
+            value = value.split(",")
+        if not isinstance(value, list):
+            raise TopologyParseError(
+                source, f'must be an array of names or a comma-separated string, got {value!r}', key=f"{key}.features"
+            )
+        out["features"] = tuple(dict.fromkeys(_token(f, source, f"{key}.features") for f in value))
+    return out
 
 
 def _names(table: dict[str, Any], source: str, key: str) -> list[str]:
@@ -226,6 +263,15 @@ def _string(value: Any, source: str, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise TopologyParseError(source, f"must be a non-empty string, got {value!r}", key=key)
     return value
+
+
+def _token(value: Any, source: str, key: str) -> str:
+    """A GPU type or feature name: no spaces, commas or constraint operators (& | ! * [ ])."""
+    if not isinstance(value, str) or _TOKEN.fullmatch(value.strip()) is None:
+        raise TopologyParseError(
+            source, f"must be a name without spaces, commas or any of & | : ! * [ ] ( ), got {value!r}", key=key
+        )
+    return value.strip()
 
 
 def _positive(value: Any, source: str, key: str) -> float:

@@ -68,14 +68,28 @@ class Node:
     ``links[i][j]`` is the link between local GPUs ``i`` and ``j`` (``SELF`` on the
     diagonal). ``nvlink_bw`` optionally refines NVLink bandwidth per pair (``NV12`` vs
     ``NV4``); ``None`` means the cluster default.
+
+    What Slurm also checks before it starts a job there, when the cluster describes it:
+    ``cpus`` (Slurm's ``CPUs``), ``mem_mb`` (``RealMemory``, MB), ``gpu_type`` (the gres
+    type, ``gpu:h100``) and ``features`` (``Features``). ``0`` and empty mean unknown:
+    nothing is checked against them.
     """
 
     name: str
     links: tuple[tuple[Link, ...], ...]
     switch: str = "sw0"
     nvlink_bw: tuple[tuple[float, ...], ...] | None = None
+    cpus: int = 0
+    mem_mb: int = 0
+    gpu_type: str = ""
+    features: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for what, value in (("cpus", self.cpus), ("mem_mb", self.mem_mb)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"node {self.name}: {what} must be a whole number >= 0 (0: unknown), got {value!r}")
+        if not isinstance(self.features, tuple) or not all(isinstance(f, str) and f for f in self.features):
+            raise ValueError(f"node {self.name}: features must be a tuple of non-empty strings, got {self.features!r}")
         n = len(self.links)
         for i, row in enumerate(self.links):
             if len(row) != n:
@@ -356,6 +370,11 @@ class Topology:
     def gpus_per_node(self) -> int:
         """Largest node's GPU count (quick shapes are uniform)."""
         return max(n.num_gpus for n in self.nodes)
+
+    @cached_property
+    def declares_resources(self) -> bool:
+        """Whether any node says more than its GPUs (CPUs, memory, GPU type, features)."""
+        return any(n.cpus or n.mem_mb or n.gpu_type or n.features for n in self.nodes)
 
 
 def _ideal_gpus(topo: Topology, n: int) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ class _GresGpu:
     cores: _CoreRanges | None
     links: tuple[int, ...] | None
     line: int
+    type: str = ""  # Type= (the gres type jobs ask for, gpu:h100)
 
     def label(self) -> str:
         return self.device or f"the Count= GPU of line {self.line}"
@@ -62,7 +63,8 @@ def parse_gres_conf(
     nvlink_gbps_per_link: float = 25.0,
     default_nodes: Sequence[str] = (),
 ) -> dict[str, Node]:
-    """Per node (natural order), a ``Node`` whose matrix comes from ``Links=`` and ``Cores=``.
+    """Per node (natural order), a ``Node`` whose matrix comes from ``Links=`` and ``Cores=``,
+    and whose ``gpu_type`` is its GPUs' ``Type=`` when they all share one.
 
     Only ``Name=gpu`` lines count (mps, shard and NIC gres are skipped), as do
     ``AutoDetect`` lines. A node's GPUs are numbered in ``File=`` order, which is the order
@@ -225,7 +227,8 @@ def _gres_line(record: dict[str, str], number: int, source: str, default_nodes: 
     if links is not None and (len(devices) != 1 or devices[0] is None):
         raise TopologyParseError(source, "Links= describes one GPU: give exactly one device in File=", line=number)
     cores = _cores(record["Cores"], source, number) if "Cores" in record else None
-    return [_GresGpu(node, device, cores, links, number) for node in nodes for device in devices]
+    gpu_type = record.get("Type", "")
+    return [_GresGpu(node, device, cores, links, number, gpu_type) for node in nodes for device in devices]
 
 
 def _gres_count(record: dict[str, str], files: int, source: str, number: int) -> int:
@@ -288,7 +291,9 @@ def _gres_node(name: str, gpus: list[_GresGpu], source: str, per_link: float) ->
     nvlink_bw = None
     if any(c > 0 for row in counts for c in row):
         nvlink_bw = tuple(tuple(max(c, 0) * per_link for c in row) for row in counts)
-    return Node(name=name, links=links, nvlink_bw=nvlink_bw)
+    types = {g.type for g in gpus}
+    gpu_type = types.pop() if len(types) == 1 else ""  # a node of mixed types has no one type
+    return Node(name=name, links=links, nvlink_bw=nvlink_bw, gpu_type=gpu_type)
 
 
 def _device_order(name: str, gpus: list[_GresGpu], source: str) -> list[_GresGpu]:

@@ -94,6 +94,44 @@ def test_alibaba_keeps_whole_gpu_pods_that_ran_and_counts_the_rest() -> None:
     ]
 
 
+def test_generic_request_columns() -> None:
+    trace = load_trace(fixture("generic_requests.csv"))
+    requests = [
+        (j.job_id, j.cpus, j.mem_per_node, j.mem_per_cpu, j.exclusive, j.gpu_type, j.nodelist, j.exclude, j.features)
+        for j in trace.jobs
+    ]
+    assert requests == [
+        ("a", 8, 32000, 0, True, "a100", ("gpu1", "gpu2"), (), ("ib", "nvme")),
+        ("b", 3, 0, 1536, False, "", (), ("gpu1",), ("ib", "nvme")),  # 1.5G per CPU; features split on spaces
+        ("c", 0, 0, 0, False, "", (), (), ()),  # empty cells: nothing asked
+    ]
+    assert summary(trace)[1] == ("b", 5.0, "u2", 1, 20.0, "bert", 3)
+
+
+def test_formats_without_request_columns_ask_for_nothing_more() -> None:
+    for name in ("generic_good.csv", "philly_good.csv", "tiresias_good.csv"):
+        for j in load_trace(fixture(name)).jobs:
+            assert (j.cpus, j.mem_per_node, j.mem_per_cpu, j.exclusive, j.gpu_type) == (0, 0, 0, False, "")
+            assert j.nodelist == j.exclude == j.features == ()
+
+
+def test_alibaba_cpu_memory_and_gpu_spec() -> None:
+    jobs = {j.job_id: j for j in load_trace(fixture("alibaba_good.csv")).jobs}
+    # cpu_milli rounds up to whole CPUs; memory_mib is memory per node (a pod is on one node)
+    assert (jobs["openb-pod-2263"].cpus, jobs["openb-pod-2263"].mem_per_node) == (33, 132096)  # 32200 milli
+    assert (jobs["openb-pod-0017"].cpus, jobs["openb-pod-0017"].mem_per_node) == (88, 327680)
+    # gpu_spec alternatives (V100M16|V100M32, A10|T4) ask for no one type
+    assert jobs["openb-pod-0035"].gpu_type == jobs["openb-pod-4447"].gpu_type == ""
+
+
+def test_alibaba_single_gpu_spec_is_the_gpu_type(tmp_path: Path) -> None:
+    header = fixture("alibaba_good.csv").read_text().splitlines()[0]
+    path = tmp_path / "pods.csv"
+    path.write_text(header + "\nopenb-pod-1,500,0,2,1000,V100M32,LS,Running,100,200,100\n")
+    (j,) = load_trace(path).jobs
+    assert (j.cpus, j.mem_per_node, j.gpu_type) == (1, 0, "V100M32")
+
+
 def test_gzip_is_read_whatever_the_name(tmp_path: Path) -> None:
     plain = load_trace(fixture("philly_good.csv"))
     for name in ("philly_good.csv.gz", "compressed.csv"):
@@ -145,6 +183,16 @@ MALFORMED = [
     ("alibaba_bad_gpu_milli.csv", 2, "gpu_milli", "1000 milli-GPUs"),
     ("alibaba_bad_time.csv", 2, "creation_time", "not a number"),
     ("alibaba_all_skipped.csv", None, None, "all 2 rows were skipped"),
+    ("alibaba_negative_cpu.csv", 3, "cpu_milli", "must be at least 0"),
+    ("generic_negative_cpus.csv", 3, "cpus", "must be at least 0, got -2"),
+    ("generic_bad_exclusive.csv", 2, "exclusive", "'maybe' is not a yes/no value"),
+    ("generic_bad_memory.csv", 3, "mem_per_node", "'12X' is not an amount of memory"),
+    ("generic_two_memories.csv", 2, "mem_per_cpu", "not both"),
+    ("generic_mem_per_cpu_without_cpus.csv", 2, "mem_per_cpu", "needs a cpus count"),
+    ("generic_bad_nodelist.csv", 3, "nodelist", "not a Slurm hostlist"),
+    ("generic_nodelist_excluded.csv", 2, "exclude", "n2 is both in nodelist and excluded"),
+    ("generic_or_features.csv", 3, "features", "only feature names joined by '&' or spaces"),
+    ("generic_bad_gpu_type.csv", 2, "gpu_type", "not one GPU type name"),
 ]
 
 
@@ -374,3 +422,22 @@ def test_random_rows_under_real_headers_give_trace_or_trace_error(fmt: str, rows
         assert all(j.num_gpus >= 1 and j.duration > 0 for j in trace.jobs)
         assert trace.jobs[0].submit_time == 0.0
         assert [(j.submit_time, j.job_id) for j in trace.jobs] == sorted((j.submit_time, j.job_id) for j in trace.jobs)
+
+
+REQUEST_FIELD = st.one_of(
+    FIELD,
+    st.sampled_from(["4", "16G", "1.5t", "512k", "yes", "no", "n[1-3]", "n[3-", "a&b", "a|b", "a b", "gpu:a100"]),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.lists(REQUEST_FIELD, min_size=13, max_size=13), max_size=4))
+def test_random_request_columns_give_trace_or_trace_error(rows: list[list[str]]) -> None:
+    header = "job_id,submit_time,user,num_gpus,duration,cpus,mem_per_node,mem_per_cpu,exclusive,gpu_type,nodelist,exclude,features"
+    fixed = [[f"j{i}", "0", "u", "1", "5", *row[5:]] for i, row in enumerate(rows)]
+    trace = load_bytes("\n".join([header] + [",".join(row) for row in fixed]).encode())
+    if trace is not None:
+        for j in trace.jobs:
+            assert j.cpus >= 0 and j.mem_per_node >= 0 and j.mem_per_cpu >= 0
+            assert not (j.mem_per_node and j.mem_per_cpu)
+            assert all(j.features) and all(j.nodelist) and not set(j.nodelist) & set(j.exclude)

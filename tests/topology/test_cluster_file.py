@@ -171,12 +171,60 @@ def test_brief_example_message() -> None:
     assert info.value.key == "nodes[1].islands"
 
 
+def test_cpus_memory_gpu_type_and_features() -> None:
+    text = (
+        '[[nodes]]\nnames = "a[1-2]"\ngpus = 8\ncpus = 128\nmem_mb = 1024000\ngpu_type = "h100"\n'
+        'features = ["ib", "nvme", "ib"]\n'
+        '[[nodes]]\nnames = "b1"\ngpus = 4\nfeatures = "ib, rack2"\n'
+        '[[nodes]]\nnames = "c1"\ngpus = 2\n'
+    )
+    topo = parse_cluster_file(text)
+    a1, a2, b1, c1 = topo.nodes
+    assert (a1.cpus, a1.mem_mb, a1.gpu_type, a1.features) == (128, 1024000, "h100", ("ib", "nvme"))
+    assert (a2.cpus, a2.mem_mb, a2.gpu_type, a2.features) == (a1.cpus, a1.mem_mb, a1.gpu_type, a1.features)
+    assert (b1.cpus, b1.mem_mb, b1.gpu_type, b1.features) == (0, 0, "", ("ib", "rack2"))
+    assert (c1.cpus, c1.mem_mb, c1.gpu_type, c1.features) == (0, 0, "", ())
+    assert topo.declares_resources
+    assert not parse_cluster_file(_A).declares_resources
+
+
+def test_resources_apply_to_nvidia_smi_nodes_too(tmp_path: Path) -> None:
+    (tmp_path / "dgx.txt").write_text((FIXTURES / "dgx1_cube_mesh_older.txt").read_text())
+    text = '[[nodes]]\nnames = "dgx1"\nnvidia_smi_topo = "dgx.txt"\ncpus = 80\ngpu_type = "v100"\n'
+    node = parse_cluster_file(text, base_dir=tmp_path).nodes[0]
+    assert (node.num_gpus, node.cpus, node.gpu_type) == (8, 80, "v100")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("cpus = 0", r"nodes\[0\].cpus: must be a whole number of at least 1, got 0"),
+        ("cpus = 8.5", r"nodes\[0\].cpus: must be a whole number of at least 1, got 8.5"),
+        ("cpus = true", r"nodes\[0\].cpus: must be a whole number"),
+        ('mem_mb = "512G"', r"nodes\[0\].mem_mb: must be a whole number of at least 1, got '512G'"),
+        ("mem_mb = -1", r"nodes\[0\].mem_mb: must be a whole number"),
+        ('gpu_type = ""', r"nodes\[0\].gpu_type: must be a name without spaces"),
+        ('gpu_type = "gpu:a100"', r"nodes\[0\].gpu_type: must be a name without spaces"),
+        ("gpu_type = 3", r"nodes\[0\].gpu_type: must be a name"),
+        ('features = ["ib&nvme"]', r"nodes\[0\].features: must be a name without spaces, commas or any of &"),
+        ('features = "ib,,nvme"', r"nodes\[0\].features: must be a name"),
+        ("features = 3", r"nodes\[0\].features: must be an array of names or a comma-separated string, got 3"),
+        ("features = [1]", r"nodes\[0\].features: must be a name"),
+    ],
+)
+def test_resource_errors_name_file_and_key(line: str, message: str) -> None:
+    with pytest.raises(TopologyParseError, match=r"^site.toml: " + message):
+        parse_cluster_file(_A + line, source="site.toml")
+
+
 _LINES = [
     "[[nodes]]", 'names = "n[1-2]"', 'names = "n1"', 'names = "n[2-1]"', "names = 5", "gpus = 8", "gpus = 0",
     "gpus = 2", 'gpus = "8"', "islands = [[0,1],[2,3]]", "islands = [[0,1],[1]]", "islands = [[0]]",
     "islands = 3", "sockets = [[0,1,2,3]]", "sockets = [[true]]", 'switch = "sw1"', "switch = []",
     'nvidia_smi_topo = "missing.txt"', "nvlink_gbps_per_link = 25", "[bandwidths]", "nvlink = 0",
     "nvlink = 150.0", "spine = nan", "[switches]", 'sw1 = "spine"', 'spine = "sw1"', "bogus = 1", "[", "=",
+    "cpus = 64", "cpus = 0", 'mem_mb = 512000', 'gpu_type = "a100"', 'gpu_type = "a b"', 'features = ["ib"]',
+    'features = "ib,x"', "features = [[]]",
 ]
 
 

@@ -8,6 +8,8 @@ Default bandwidths (GB/s): NVLink 150, PCIe host 20, socket 16, network 12.5, sp
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -157,3 +159,17 @@ def test_topology_rejects_duplicates_and_empty() -> None:
         Topology(nodes=(node, node))
     with pytest.raises(ValueError, match="at least one node"):
         Topology(nodes=())
+
+
+def test_node_resources_default_to_unknown_and_are_checked() -> None:
+    node = Node.from_groups("n", [[0, 1]])
+    assert (node.cpus, node.mem_mb, node.gpu_type, node.features) == (0, 0, "", ())
+    assert not Topology((node,)).declares_resources
+    assert Topology((replace(node, cpus=64),)).declares_resources
+    assert Topology((replace(node, features=("ib",)),)).declares_resources
+    with pytest.raises(ValueError, match="node n: cpus must be a whole number >= 0"):
+        replace(node, cpus=-1)
+    with pytest.raises(ValueError, match="node n: mem_mb must be a whole number >= 0"):
+        replace(node, mem_mb=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="node n: features must be a tuple of non-empty strings"):
+        replace(node, features=["ib"])  # type: ignore[arg-type]

@@ -35,6 +35,18 @@ def test_lab_cluster_gres_gives_two_islands_on_two_sockets() -> None:
     assert node.nvlink_bw is not None
     assert node.nvlink_bw[0][1] == 4 * 25.0
     assert node.switch == "sw0"
+    assert node.gpu_type == "h100"  # Type= on every GPU line
+    assert (node.cpus, node.mem_mb, node.features) == (0, 0, ())  # gres.conf does not say
+
+
+def test_gpu_type_is_the_nodes_one_type_or_none() -> None:
+    text = (
+        "NodeName=a1 Name=gpu Type=a100 File=/dev/nvidia[0-1]\n"
+        "NodeName=b1 Name=gpu Type=a100 File=/dev/nvidia0\nNodeName=b1 Name=gpu Type=t4 File=/dev/nvidia1\n"
+        "NodeName=c1 Name=gpu Count=2\n"
+    )
+    nodes = parse_gres_conf(text)
+    assert {name: node.gpu_type for name, node in nodes.items()} == {"a1": "a100", "b1": "", "c1": ""}
 
 
 def test_lab_cluster_topology_conf() -> None:
