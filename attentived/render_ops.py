@@ -100,6 +100,8 @@ def status(doc: Mapping[str, Any], console: Console | None = None) -> None:
     for f in doc.get("slurm_findings", []):
         if f.get("level") in ("warning", "error"):
             console.print(f"  {_level(f['level'])} {f.get('key')}: {f.get('message')}")
+    for w in doc.get("warnings", []):
+        console.print(f"  {_level('warning')} {w}")
 
 
 # ---- queue ------------------------------------------------------------------------------------

@@ -9,16 +9,23 @@ What the daemon wants from Slurm (``Desired``), from one ``Plan``:
   kept (the longest such subsequence); only the others are given new values between their
   kept neighbours, so an unchanged plan issues no update and a new job costs one.
 - **Pins.** Each planned start is pinned to its planned nodes (``ReqNodeList``); Slurm
-  picks the GPU indices on them. Pins the daemon set on jobs that are no longer planned to
-  start are removed; pins a user set are never touched (such jobs are ordered, not placed).
-- **Holds.** Each ``Hold`` becomes a reservation ``<prefix><jobid>`` on the held nodes
-  (whole nodes, ``Flags=IGNORE_JOBS`` when any is busy, ``Users=`` the job's user), minus
-  nodes the plan backfills now. ``hold_mode = "attach"`` also attaches the job to it;
-  ``"block"`` (default) leaves it unattached so that, under ``sched/builtin``, the waiting
-  job blocks its partition exactly as the plan says and gets the nodes next cycle.
-- **Clean-up.** Reservations with the prefix that no hold wants are deleted (after
-  detaching pending jobs; one a job still runs inside is ended now and deleted once the job
-  is gone). Reservations are renewed when less than half their lease is left.
+  picks the GPU indices on them. Pins the daemon set on jobs that are no longer planned are
+  removed; pins a user set are never touched (such jobs are ordered, not placed).
+- **Holds.** ``hold_mode = "block"`` (default): the held job is pinned to its held nodes
+  and keeps the top priority after the starts, with no reservation. Pinned to busy nodes it
+  fails with "nodes busy", which under ``sched/builtin`` blocks lower jobs of its partition
+  (and ``sched/backfill`` plans around it); the moment its GPUs free up Slurm starts it
+  there. A reservation would break both: a job pinned to nodes reserved for someone else
+  fails with "node not available", which slurmctld does *not* count as a blocked partition,
+  and a whole-node reservation for a 1-GPU hold idles the node's other GPUs for every
+  partition. ``"attach"``: a reservation ``<prefix><jobid>`` on the nodes the job takes
+  whole (without GPU TRES in reservations Slurm reserves only whole nodes), ``Users=`` the
+  job's user, ``Flags=IGNORE_JOBS`` when any is busy, minus nodes backfilled now, and the
+  job is attached to it.
+- **Clean-up.** The daemon's own reservations (by the journal's record, never by name
+  alone, never a maintenance one) that no hold wants are deleted (after detaching pending
+  jobs of the managed partitions; one a job still runs inside is ended now and deleted once
+  the job is gone). Reservations are renewed when less than half their lease is left.
 
 Actions run in an order that is safe if the daemon dies half way: detach and unpin, delete
 or end, create or update reservations, then per job (highest first) pin + priority in one
@@ -34,12 +41,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from attentived.agents.plan import Plan
+from attentived.topology import hostlist
 
 from .backend import Backend
-from .records import CommandResult, JobUpdate, Snapshot
-from .snapshot import Built
+from .records import CommandResult, JobUpdate, SlurmReservation, Snapshot
+from .snapshot import Built, in_partitions
 
-JOB_KINDS = ("priority", "pin", "unpin", "attach", "detach")
+JOB_KINDS = ("priority", "pin", "unpin", "exclude", "unexclude", "attach", "detach")
 #: How a reservation a job still runs in is ended: a few seconds ahead, because Slurm refuses
 #: an end time equal to the start time of a reservation created this very second.
 END_SOON = "now+5"
@@ -82,10 +90,11 @@ class HoldSpec:
 @dataclass
 class Desired:
     order: list[str]  # managed job ids, highest priority first
-    pins: dict[str, tuple[str, ...]]  # job -> nodes (planned starts, unconstrained)
+    pins: dict[str, tuple[str, ...]]  # job -> nodes (planned starts and held jobs, unconstrained)
     holds: dict[str, HoldSpec]  # reservation name -> spec
     starts: dict[str, tuple[int, ...]]  # job -> planned global GPU ids
     notes: list[str] = field(default_factory=list)
+    exclusions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # held job -> ExcNodeList (all but its nodes)
 
 
 @dataclass(frozen=True)
@@ -133,28 +142,45 @@ def desired_state(plan: Plan, built: Built, settings: Settings) -> Desired:
             continue
         pins[s.job_id] = nodes
     holds: dict[str, HoldSpec] = {}
+    exclusions: dict[str, tuple[str, ...]] = {}
+    every_node = sorted((n.name for n in built.snapshot.nodes), key=hostlist.natural_key)
     taken: set[str] = set()
     snode = built.snapshot.nodes_by_name
     busy_nodes = {n for gpus in built.running_gpus.values() for n in built.nodes_of(gpus)}
+    topo = built.topology
     for h in plan.holds:
         job = managed.get(h.job_id)
         if job is None or h.job_id in starts:
             continue
         if h.job_id in built.constrained:
-            notes.append(f"job {h.job_id} keeps its own placement constraints: no reservation")
+            notes.append(f"job {h.job_id} keeps its own placement constraints: not pinned, no reservation")
             continue
-        nodes = tuple(n for n in built.nodes_of(h.gpus) if n not in start_nodes)
+        held_nodes = built.nodes_of(h.gpus)
+        if settings.hold_mode == "block":
+            if job.excluded_nodes and h.job_id not in built.own_exclusions:
+                notes.append(f"job {h.job_id} keeps its own node exclusions: held in order, not placed")
+                continue
+            exclusions[h.job_id] = tuple(n for n in every_node if n not in held_nodes)
+            continue
+        per_node: dict[str, int] = {}
+        for g in h.gpus:
+            name_ = topo.nodes[int(topo.gpu_node[int(g)])].name
+            per_node[name_] = per_node.get(name_, 0) + 1
+        whole = [n for n in held_nodes if per_node[n] >= topo.nodes[topo.node_index[n]].num_gpus]
+        partial = [n for n in held_nodes if n not in whole]
+        if partial:
+            notes.append(f"hold of job {h.job_id}: no reservation on {','.join(partial)} (it needs only some of their GPUs)")
+        nodes = tuple(n for n in whole if n not in start_nodes)
         if not nodes:
-            notes.append(f"hold of job {h.job_id}: its nodes are backfilled now; no reservation this cycle")
             continue
         if taken & set(nodes):
-            notes.append(f"hold of job {h.job_id} overlaps an earlier hold: skipped")
+            notes.append(f"hold of job {h.job_id} overlaps an earlier hold: no reservation")
             continue
         taken.update(nodes)
         ignore = any(n in busy_nodes or (n in snode and snode[n].busy) for n in nodes)
         name = settings.reservation_prefix + h.job_id
         holds[name] = HoldSpec(h.job_id, name, nodes, (job.user,), ignore, h.expected_start)
-    return Desired(order=order, pins=pins, holds=holds, starts=starts, notes=notes)
+    return Desired(order=order, pins=pins, holds=holds, starts=starts, notes=notes, exclusions=exclusions)
 
 
 # ---- priorities ------------------------------------------------------------------------------
@@ -252,19 +278,23 @@ def _longest_descending(values: Sequence[int]) -> list[int]:
 
 def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins: Mapping[str, tuple[str, ...]],
                  now: float | None = None) -> list[Action]:
-    """The actions that take Slurm from ``built.snapshot`` to ``desired``, in apply order."""
+    """The actions that take Slurm from ``built.snapshot`` to ``desired``, in apply order.
+
+    Only the daemon's own reservations (``built.own_reservations``) and jobs of the managed
+    partitions are ever named in an action."""
     snap = built.snapshot
     now = snap.taken_at if now is None else now
-    prefix = settings.reservation_prefix
     jobs = snap.jobs_by_id
-    own = {r.name: r for r in snap.reservations if r.name.startswith(prefix)}
+    own = built.own_reservations
     early: list[Action] = []  # detach, unpin
     resv: list[Action] = []
 
     # pending jobs attached to our reservations that should not be (block mode: none should)
-    attach_wanted = {spec.job_id: name for name, spec in desired.holds.items()} if settings.hold_mode == "attach" else {}
+    foreign = {r.name for r in snap.reservations if r.name not in own}
+    attach_wanted = ({spec.job_id: name for name, spec in desired.holds.items() if name not in foreign}
+                     if settings.hold_mode == "attach" else {})
     for attached in snap.jobs:
-        if (attached.pending and attached.reservation.startswith(prefix)
+        if (attached.pending and attached.reservation in own and in_partitions(attached, built.partitions)
                 and attach_wanted.get(attached.job_id) != attached.reservation):
             early.append(Action("detach", attached.job_id, reservation=attached.reservation, reason="hold gone or moved"))
     # pins the daemon set that the plan no longer wants
@@ -274,6 +304,17 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
             continue
         if desired.pins.get(job_id) is None:
             early.append(Action("unpin", job_id, nodes=tuple(pin), reason="no longer planned to start"))
+    # hold exclusions the daemon set that the plan no longer wants (a job about to be pinned
+    # loses its exclusion in the same update, so it is never free to start elsewhere)
+    unexclude_late: set[str] = set()
+    for job_id, exc in built.own_exclusions.items():
+        job = jobs.get(job_id)
+        if job is None or not job.pending or job_id in desired.exclusions:
+            continue
+        if job_id in desired.pins:
+            unexclude_late.add(job_id)
+        else:
+            early.append(Action("unexclude", job_id, nodes=exc, reason="no longer held"))
 
     # reservations the daemon no longer wants
     detaching = {a.job_id for a in early if a.kind == "detach"}
@@ -294,6 +335,8 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
     ttl_min = max(1, math.ceil(settings.reservation_ttl / 60))
     for name, spec in desired.holds.items():
         held = own.get(name)
+        if name in foreign:
+            continue  # someone else's reservation carries this name: never touched
         if held is None:
             resv.append(Action("reservation_create", spec.job_id, reservation=name, value=str(ttl_min), nodes=spec.nodes,
                                users=spec.users, ignore_jobs=spec.ignore_jobs, reason="hold"))
@@ -323,6 +366,11 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         wanted_pin = desired.pins.get(job_id)
         if wanted_pin is not None and tuple(job.required_nodes) != tuple(wanted_pin):
             late.append(Action("pin", job_id, nodes=wanted_pin, reason="planned start"))
+        if job_id in unexclude_late:
+            late.append(Action("unexclude", job_id, nodes=built.own_exclusions[job_id], reason="starts now"))
+        wanted_exc = desired.exclusions.get(job_id)
+        if wanted_exc is not None and tuple(job.excluded_nodes) != wanted_exc:
+            late.append(Action("exclude", job_id, nodes=wanted_exc, reason="held nodes"))
         if job_id in new_prio and new_prio[job_id] != job.priority:
             late.append(Action("priority", job_id, value=str(new_prio[job_id]), reason="plan order"))
     return early + resv + late
@@ -389,6 +437,10 @@ def _job_fields(a: Action) -> tuple[tuple[str, str], ...]:
         return (("ReqNodeList", ",".join(a.nodes)),)
     if a.kind == "unpin":
         return (("ReqNodeList", ""),)
+    if a.kind == "exclude":
+        return (("ExcNodeList", ",".join(a.nodes)),)
+    if a.kind == "unexclude":
+        return (("ExcNodeList", ""),)
     if a.kind == "attach":
         return (("ReservationName", a.reservation),)
     if a.kind == "detach":
@@ -452,31 +504,36 @@ def _run_reservation(a: Action, backend: Backend) -> Outcome:
 
 
 def hand_back_actions(snap: Snapshot, settings: Settings, partitions: Iterable[str],
-                      owned_pins: Mapping[str, tuple[str, ...]]) -> tuple[list[Action], list[str]]:
-    """What returns control to Slurm: unpin the daemon's pins, detach and delete its
-    reservations (end those a job runs in), and give its priorities back to
-    priority/multifactor (hold + release: Slurm's documented way to reset an admin-set
-    priority). Returns (job and reservation actions, job ids to hold and release)."""
-    from .snapshot import in_partitions
-
-    prefix = settings.reservation_prefix
+                      owned_pins: Mapping[str, tuple[str, ...]], own: Mapping[str, SlurmReservation],
+                      *, priorities: bool = True,
+                      owned_exclusions: Mapping[str, tuple[str, ...]] | None = None) -> tuple[list[Action], list[str]]:
+    """What returns control to Slurm: unpin the daemon's pins, detach managed jobs from its
+    own reservations and delete them (end those a job runs in), and give its priorities back
+    to priority/multifactor (hold + release: Slurm's documented way to reset an admin-set
+    priority; skipped when ``priorities`` is false). Returns (job and reservation actions,
+    job ids to hold and release)."""
+    parts = tuple(partitions)
     actions: list[Action] = []
     for job in snap.jobs:
         if not job.pending:
             continue
-        if job.reservation.startswith(prefix):
+        if job.reservation in own and in_partitions(job, parts):
             actions.append(Action("detach", job.job_id, reservation=job.reservation, reason="hand back"))
         pin = owned_pins.get(job.job_id)
         if pin and tuple(job.required_nodes) == tuple(pin):
             actions.append(Action("unpin", job.job_id, nodes=tuple(pin), reason="hand back"))
+        exc = (owned_exclusions or {}).get(job.job_id)
+        if exc and tuple(job.excluded_nodes) == tuple(exc):
+            actions.append(Action("unexclude", job.job_id, nodes=tuple(exc), reason="hand back"))
     for r in snap.reservations:
-        if not r.name.startswith(prefix):
+        if r.name not in own:
             continue
         if any(j.active and j.reservation == r.name for j in snap.jobs):
             actions.append(Action("reservation_end", reservation=r.name, value=END_SOON, reason="hand back"))
         else:
             actions.append(Action("reservation_delete", reservation=r.name, reason="hand back"))
-    parts = tuple(partitions)
+    if not priorities:
+        return actions, []
     reset = [j.job_id for j in snap.jobs if j.pending and not j.held and in_partitions(j, parts)
              and settings.in_band(j.priority)]
     return actions, reset

@@ -44,9 +44,10 @@ KEYS: tuple[Key, ...] = (
     Key("fallback_policy", "str", "fifo+consolidate", "Heuristic used when `policy` (or its model) cannot be loaded; the daemon says so in logs and metrics."),
     Key("model", "path", "", "Model file for a learned policy (`attentive`, `deeprm`, `proximity-drl`); empty: that policy's shipped model."),
     Key("seed", "int", 0, "Seed for randomized policies.", minimum=0),
-    Key("reservation_prefix", "str", "attentived-", "Name prefix of the daemon's reservations (`<prefix><jobid>`); every reservation with this prefix is the daemon's."),
+    Key("reservation_prefix", "str", "attentived-", "Name prefix of the daemon's reservations (`<prefix><jobid>`). Ownership is by the journal's record, not the name: a reservation with this prefix the daemon did not create (or a MAINT one) is never touched."),
     Key("reservation_ttl", "float", 900.0, "Seconds a hold reservation lasts; renewed when less than half is left, so a dead daemon's reservations expire by themselves.", minimum=60, maximum=7 * 86400),
-    Key("hold_mode", "choice", "block", "`block`: the held job waits unattached, so under sched/builtin it blocks lower jobs as the plan says, and the daemon hands it the reserved nodes next cycle. `attach`: the held job is attached to its reservation and starts the moment the nodes free up, but lower jobs may start on GPUs the plan leaves idle.", choices=("block", "attach")),
+    Key("hold_mode", "choice", "block", "`block`: the held job is kept to its held nodes by excluding all others (no reservation); it blocks lower jobs under sched/builtin and starts there the moment they free up. `attach`: a whole-node reservation the held job is attached to; lower jobs may start on GPUs the plan leaves idle.", choices=("block", "attach")),
+    Key("hold_depth", "int", 4, "Waiting jobs after the first held one that are also held where they are expected to start, so Slurm cannot start lower jobs at its own placement between cycles (block mode).", minimum=0, maximum=50),
     Key("priority_floor", "int", 1_000_000, "Lowest priority the daemon sets; priorities in [floor, ceiling] are the daemon's. Keep Slurm's own multifactor priorities below it.", minimum=1, maximum=4_000_000_000),
     Key("priority_ceiling", "int", 2_000_000_000, "Highest priority the daemon sets.", minimum=2, maximum=4_294_967_293),
     Key("priority_step", "int", 1000, "Gap between neighbouring priorities when the daemon numbers a queue afresh (room for later insertions without renumbering).", minimum=1, maximum=1_000_000),
@@ -66,6 +67,11 @@ KEYS: tuple[Key, ...] = (
     Key("journal_max_rows", "int", 200_000, "Rows kept per journal table (cycles, actions, placements); older rows are deleted.", minimum=100),
     Key("journal_max_plans", "int", 2000, "Full plans kept in the journal (they are the largest rows).", minimum=10),
     Key("hand_back_on_exit", "bool", False, "On SIGTERM, hand control back to Slurm: reset the daemon's priorities, remove its pins, delete its reservations."),
+    Key("clear_pins_on_exit", "bool", True, "On SIGTERM, remove the daemon's pins (`ReqNodeList`) even without a full hand-back: unlike reservations, pins never expire in Slurm."),
+    Key("pin_max_age", "float", 3600.0, "Seconds a pin the daemon set may stay: older pins (a daemon that was down, a hold that never came) are removed and planned afresh.", minimum=60, maximum=7 * 86400),
+    Key("stall_avoid", "float", 300.0, "Seconds a job is kept off the nodes where its planned start did not happen by the next cycle (Slurm refused them for a reason the plan did not see).", minimum=0, maximum=86400),
+    Key("idle_warn_after", "float", 300.0, "Seconds jobs may wait while GPUs they fit on sit idle before `status` warns (gauge `attentived_idle_with_queue_seconds`).", minimum=0, maximum=86400),
+    Key("stability_margin", "float", 60.0, "Seconds a new hold must start earlier than the current one before it moves; a start is not moved off nodes that still take it. Keeps plans from flip-flopping.", minimum=0, maximum=86400),
     Key("backoff_max", "float", 300.0, "Upper bound in seconds of the back-off after consecutive failed cycles.", minimum=1, maximum=86400),
 )
 _BY_NAME = {k.name: k for k in KEYS}
@@ -82,6 +88,7 @@ class Config:
     reservation_prefix: str = "attentived-"
     reservation_ttl: float = 900.0
     hold_mode: str = "block"
+    hold_depth: int = 4
     priority_floor: int = 1_000_000
     priority_ceiling: int = 2_000_000_000
     priority_step: int = 1000
@@ -101,6 +108,11 @@ class Config:
     journal_max_rows: int = 200_000
     journal_max_plans: int = 2000
     hand_back_on_exit: bool = False
+    clear_pins_on_exit: bool = True
+    pin_max_age: float = 3600.0
+    stall_avoid: float = 300.0
+    idle_warn_after: float = 300.0
+    stability_margin: float = 60.0
     backoff_max: float = 300.0
     source: str = field(default="(defaults)", compare=False)
 

@@ -30,12 +30,15 @@ from attentived.topology import Topology, TopologyParseError
 from . import log as dlog
 from .apply import Action, Desired, Outcome, Settings, desired_state, execute, plan_actions
 from .backend import Backend
+from .chain import chain_holds
 from .checks import check_slurm_config
 from .config import Config
 from .connect import make_backend
 from .handback import hand_back
+from .idle import IdleWatch
 from .journal import Journal
 from .notify import Notifier
+from .ownership import ReservationBook
 from .permissions import permission_problem
 from .placements import PlacementTracker
 from .policy_slot import PolicySlot
@@ -47,10 +50,23 @@ from .records import (
     SlurmUnavailable,
     Snapshot,
 )
-from .snapshot import Built, build_state
+from .snapshot import Built, build_state, in_partitions
+from .stability import previous_placements, stabilize
 from .status import status_doc
 from .status import write_status as write_status_file
 from .topology_source import TopologySource, TopologySourceError, load_topology
+
+#: Seconds of decision after which the cycle reads Slurm back before applying.
+READ_BACK_AFTER = 0.5
+
+
+def moved(old: Snapshot, new: Snapshot, partitions: Sequence[str]) -> bool:
+    """Whether Slurm started or ended jobs, or managed pending jobs came or went, between
+    two snapshots: then a plan made on ``old`` is stale."""
+    def key(s: Snapshot) -> tuple[frozenset[str], frozenset[str]]:
+        return (frozenset(j.job_id for j in s.jobs if j.active),
+                frozenset(j.job_id for j in s.jobs if j.pending and in_partitions(j, partitions)))
+    return key(old) != key(new)
 
 
 @dataclass
@@ -70,6 +86,7 @@ class CycleResult:
     actions: list[Action] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    idle_with_queue: float = 0.0
 
     @property
     def updates(self) -> int:
@@ -137,6 +154,9 @@ class CycleRunner:
         self.errors_total = 0
         self._lock = threading.RLock()
         self.placements = PlacementTracker(self.journal, self.metrics, self.log)
+        self.reservations = ReservationBook(self.journal)
+        self._previous: dict[str, tuple[int, ...]] = {}  # last live plan's placements (stability)
+        self.idle = IdleWatch()
         # Shadow mode (``attentived start --shadow``): plan and journal beside Slurm's own
         # scheduler, change nothing, and record what Slurm does (ops/shadow.py).
         self.shadow = False
@@ -208,6 +228,8 @@ class CycleRunner:
             self.log.info("topology.loaded", source=self.topology_source.kind, paths=list(self.topology_source.paths),
                           nodes=len(self.topology.nodes), gpus=self.topology.num_gpus)
         self.policy_slot.check_fits(self.topology)
+        if self.topology is not None:
+            self.policy_slot.warm_up(self.topology)
         self.setup_done = True
 
     def permission_problem(self) -> str:
@@ -261,20 +283,32 @@ class CycleRunner:
         res.timings["snapshot"] = time.monotonic() - t
         res.timings.update({f"snapshot_{k}": v for k, v in snap.timings.items()})
         assert self.topology is not None
-        owned = self.journal.pins()  # read in dry runs too: the daemon's pins are not the user's
-        built = build_state(snap, self.topology, self.partitions, reservation_prefix=self.config.reservation_prefix,
-                            owned_pins=owned)
-        for w in built.warnings[:20]:
-            self.log.warning("snapshot.warning", message=w)
+        # A slow decision (a model's first call, a large queue) sees a Slurm that has moved
+        # on: read it back once, and decide again on the fresh picture if jobs started or
+        # ended meanwhile, rather than send actions about a past state.
+        stale = 0
+        for attempt in (0, 1):
+            owned, built = self._build(snap, res)
+            t = time.monotonic()
+            plan = self.policy_slot.decide(built.state)
+            res.timings["decide"] = time.monotonic() - t
+            if attempt or res.timings["decide"] < READ_BACK_AFTER:
+                break
+            fresh = self.backend.snapshot()
+            if not moved(snap, fresh, self.partitions):
+                break
+            self.log.info("cycle.stale", decide_seconds=round(res.timings["decide"], 3),
+                          action="decide again on a fresh snapshot")
+            stale, snap = 1, fresh
+        if stale:
+            res.counts["stale_replans"] = stale
         self.placements.track_starts(snap, built, res.dry_run)
-        res.counts = dict(built.counts, free_gpus=built.state.num_free)
         if self.shadow:
             self._observe(snap, built, res)
-
-        t = time.monotonic()
-        plan = self.policy_slot.decide(built.state)
+        if self.config.hold_mode == "block":
+            plan = chain_holds(plan, built.state, self.config.hold_depth)
+        plan = stabilize(plan, built.state, self._previous, self.config.stability_margin)
         res.plan = plan
-        res.timings["decide"] = time.monotonic() - t
 
         t = time.monotonic()
         settings = self.settings
@@ -283,16 +317,23 @@ class CycleRunner:
         res.actions = actions
         res.plan_doc = plan_doc(plan, built, desired, policy_name=self.policy_name, partitions=self.partitions,
                                 reservation_prefix=self.config.reservation_prefix)
+        res.plan_doc["stalls"] = [st.as_dict() for st in self.placements.stalls()]
+        res.plan_doc["idle_with_queue_s"] = self._note_idle(built, res)
         self.log.info("cycle.plan", policy=self.policy_name, pending=len(built.state.pending),
                       running=len(built.state.running), free_gpus=built.state.num_free,
                       order=list(plan.order[:20]), starts=res.plan_doc["starts"][:20], holds=res.plan_doc["holds"],
                       waited=plan.waited, notes=desired.notes[:10], actions=len(actions), dry_run=res.dry_run)
         if not res.dry_run:
             self.placements.record_pin_intents(actions, res.cycle_id)
+            self.reservations.record_intents(actions, snap.taken_at)
         res.outcomes = execute(actions, self.backend, dry_run=res.dry_run)
         if not res.dry_run:
-            self.placements.settle_pins(res.outcomes, owned, snap)
-            self.placements.record_planned(res.cycle_id, desired.starts, built)
+            readback = self._read_back(res.outcomes)
+            self.placements.settle_pins(res.outcomes, owned, snap, readback)
+            self.reservations.settle(res.outcomes)
+            self.placements.record_planned(res.cycle_id, desired.starts, built,
+                                           holds={h.job_id: tuple(h.gpus) for h in plan.holds if h.job_id in desired.exclusions})
+            self._previous = previous_placements(plan)
         self.placements.note_managed(built)
         res.timings["apply"] = time.monotonic() - t
         for o in res.outcomes:
@@ -301,6 +342,39 @@ class CycleRunner:
                                      reservation=o.action.reservation or None, value=o.action.value or None,
                                      nodes=list(o.action.nodes) or None, ok=o.ok, error=o.error or None,
                                      dry_run=o.dry_run, reason=o.action.reason)
+
+    def _build(self, snap: Snapshot, res: CycleResult) -> tuple[dict[str, tuple[str, ...]], Built]:
+        """The daemon's pins, and the state the policy sees, from one snapshot."""
+        assert self.topology is not None
+        if not res.dry_run:
+            self.placements.find_stalls(snap, self.config.stall_avoid, self.config.pin_max_age)
+        owned = self.journal.pins()  # read in dry runs too: the daemon's pins are not the user's
+        built = build_state(snap, self.topology, self.partitions, reservation_prefix=self.config.reservation_prefix,
+                            owned_pins=owned, owned_reservations=self.reservations.owned(snap),
+                            owned_exclusions=self.journal.exclusions(),
+                            avoid=self.placements.avoid())
+        for w in built.warnings[:20]:
+            self.log.warning("snapshot.warning", message=w)
+        res.counts = dict(built.counts, free_gpus=built.state.num_free)
+        return owned, built
+
+    def _read_back(self, outcomes: Sequence[Outcome]) -> Snapshot | None:
+        """After a failed pin, what Slurm really kept (it may apply part of an update)."""
+        if not any(o.action.kind in ("pin", "exclude") and not o.ok for o in outcomes):
+            return None
+        try:
+            return self.backend.snapshot()
+        except SlurmError as e:
+            self.log.warning("readback.failed", error=str(e))
+            return None
+
+    def _note_idle(self, built: Built, res: CycleResult) -> float:
+        """Seconds for which some managed job has fit on idle GPUs without starting."""
+        fitting, seconds = self.idle.note(built.state)
+        res.counts["fitting_now"] = fitting
+        res.idle_with_queue = seconds
+        self.metrics.idle_with_queue.set(seconds)
+        return seconds
 
     def _observe(self, snap: Snapshot, built: Built, res: CycleResult) -> None:
         """Shadow mode: record arrivals, starts and ends as Slurm made them."""
@@ -362,7 +436,8 @@ class CycleRunner:
             self.log.error("journal.error", error=f"{type(e).__name__}: {e}")
         self.last = res
         self.write_status()
-        self.log.info("cycle.done", ok=res.ok, seconds=round(res.duration, 4), actions=len(res.outcomes),
+        level = "info" if res.ok or res.skipped else "warning"
+        getattr(self.log, level)("cycle.done", ok=res.ok, seconds=round(res.duration, 4), actions=len(res.outcomes),
                       failed=res.failed, dry_run=res.dry_run, error=res.error or None,
                       timings={k: round(v, 4) for k, v in res.timings.items()})
 
@@ -379,9 +454,9 @@ class CycleRunner:
         write_status_file(self.config.state_dir, self.status(), self.log)
 
     # ---- hand back ----------------------------------------------------------------------
-    def hand_back(self) -> list[Outcome]:
-        """Give Slurm back control: the daemon's pins, reservations and priorities go
-        (``daemon/handback.py``)."""
+    def hand_back(self, pins_only: bool = False) -> list[Outcome]:
+        """Give Slurm back control: the daemon's pins, reservations and priorities go, or
+        only its pins (``daemon/handback.py``)."""
         with self._lock, dlog.bind_cycle(f"handback-{new_cycle_id(self.seq + 1)}"):
             try:
                 self.setup()
@@ -390,4 +465,5 @@ class CycleRunner:
                 self.log.error("handback.failed", error=f"{type(e).__name__}: {e}")
                 return []
             return hand_back(snap, backend=self.backend, journal=self.journal, settings=self.settings,
-                             partitions=self.partitions, policy_name=self.policy_name, seq=self.seq, log=self.log)
+                             partitions=self.partitions, policy_name=self.policy_name, seq=self.seq, log=self.log,
+                             pins_only=pins_only)

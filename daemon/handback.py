@@ -18,17 +18,26 @@ from typing import Any
 from .apply import Action, Outcome, Settings, execute, hand_back_actions
 from .backend import Backend
 from .journal import Journal
+from .ownership import ReservationBook
 from .records import Snapshot
+from .snapshot import owns
 
 #: Jobs per ``scontrol hold`` / ``release`` when priorities are reset.
 CHUNK = 200
 
 
 def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: Settings,
-              partitions: Sequence[str], policy_name: str, seq: int, log: Any) -> list[Outcome]:
-    """Undo the daemon's pins, reservations and priorities seen in ``snap``; every outcome."""
+              partitions: Sequence[str], policy_name: str, seq: int, log: Any, pins_only: bool = False) -> list[Outcome]:
+    """Undo the daemon's pins, reservations and priorities seen in ``snap``; every outcome.
+    ``pins_only``: only the pins (``clear_pins_on_exit``: reservations expire by themselves,
+    priorities stay for the next start)."""
     owned = journal.pins()
-    actions, reset = hand_back_actions(snap, settings, partitions, owned)
+    records = ReservationBook(journal).owned(snap)
+    own = {r.name: r for r in snap.reservations if owns(r, records.get(r.name))}
+    actions, reset = hand_back_actions(snap, settings, partitions, owned, own, priorities=not pins_only,
+                                       owned_exclusions=journal.exclusions())
+    if pins_only:
+        actions = [a for a in actions if a.kind in ("unpin", "unexclude")]
     outcomes = execute(actions, backend)
     if reset:
         for chunk in range(0, len(reset), CHUNK):
@@ -36,14 +45,16 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
             for kind, fn in (("hold", backend.hold), ("release", backend.release)):
                 r = fn(ids)
                 outcomes.append(Outcome(Action(kind, ",".join(ids), reason="hand back priorities"), r.ok, r.error, r.argv))
-    journal.drop_pins([a.job_id for a in actions if a.kind == "unpin"])
+    journal.drop_pins([o.action.job_id for o in outcomes if o.action.kind == "unpin" and o.ok])
+    journal.drop_exclusions([o.action.job_id for o in outcomes if o.action.kind == "unexclude" and o.ok])
+    journal.drop_reservations([o.action.reservation for o in outcomes if o.action.kind == "reservation_delete" and o.ok])
     for o in outcomes:
         log.info("handback.action", kind=o.action.kind, job=o.action.job_id or None,
                  reservation=o.action.reservation or None, ok=o.ok, error=o.error or None)
     try:
         journal.record_cycle(
             f"handback-{seq}-{secrets.token_hex(2)}", started=time.time(), duration=0.0,
-            policy=policy_name, mode="hand-back", status="ok" if all(o.ok for o in outcomes) else "apply",
+            policy=policy_name, mode="unpin" if pins_only else "hand-back", status="ok" if all(o.ok for o in outcomes) else "apply",
             actions=len(outcomes), failed=sum(1 for o in outcomes if not o.ok),
             outcomes=[{**o.action.as_dict(), "argv": o.argv, "ok": o.ok, "error": o.error} for o in outcomes])
     except Exception:  # the hand-back happened; a journal that cannot say so must not hide it

@@ -10,6 +10,14 @@ Tables (``attentived decisions`` and ``explain`` read them):
   Slurm gave it (``match``: exact / same_nodes / other_nodes / unplanned).
 - ``pins``: which ``ReqNodeList`` values the daemon set (so that user pins are never taken
   for its own, across restarts). Written before the action (intent), removed when done.
+- ``exclusions``: which ``ExcNodeList`` values the daemon set to keep a held job on its
+  held nodes (every other node excluded), kept like pins.
+- ``reservations``: the reservations the daemon created, with Slurm's start time once
+  seen. Ownership is by this record, not by name: a reservation that merely carries the
+  prefix (an operator's, or one re-created by someone else) is never changed or deleted.
+
+The database and the state dir are private to the daemon's user (0600 / 0700): plans name
+users and jobs.
 
 Size is bounded: each table keeps its newest ``max_rows`` rows (plans: ``max_plans``);
 rotation runs after every cycle and costs one indexed DELETE per table.
@@ -18,6 +26,7 @@ rotation runs after every cycle and costs one indexed DELETE per table.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -82,8 +91,26 @@ CREATE TABLE IF NOT EXISTS pins (
     cycle_id TEXT,
     ts REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS exclusions (
+    job_id TEXT PRIMARY KEY,
+    nodes TEXT NOT NULL,
+    ts REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reservations (
+    name TEXT PRIMARY KEY,
+    job_id TEXT,
+    created REAL NOT NULL,
+    start_time REAL
+);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 """
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` (0700) if needed; tighten it when this process created it or owns it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_uid == os.geteuid() and path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
 
 
 class Journal:
@@ -91,7 +118,7 @@ class Journal:
 
     def __init__(self, path: str | Path, *, max_rows: int = 200_000, max_plans: int = 2000) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         self.max_rows = int(max_rows)
         self.max_plans = int(max_plans)
         self._lock = threading.Lock()
@@ -99,6 +126,7 @@ class Journal:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        os.chmod(self.path, 0o600)
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path, **kw: Any) -> Journal:
@@ -183,12 +211,53 @@ class Journal:
     def pins(self) -> dict[str, tuple[str, ...]]:
         return {r["job_id"]: tuple(json.loads(r["nodes"])) for r in self._query("SELECT job_id, nodes FROM pins")}
 
+    def pin_times(self) -> dict[str, float]:
+        """Job -> when the daemon set its current pin."""
+        return {r["job_id"]: r["ts"] for r in self._query("SELECT job_id, ts FROM pins")}
+
     def set_pin(self, job_id: str, nodes: Iterable[str], cycle_id: str = "") -> None:
         self._tx([("INSERT OR REPLACE INTO pins(job_id, nodes, cycle_id, ts) VALUES (?,?,?,?)",
                    (job_id, json.dumps(list(nodes)), cycle_id, time.time()))])
 
     def drop_pins(self, job_ids: Iterable[str]) -> None:
         self._tx([("DELETE FROM pins WHERE job_id = ?", (j,)) for j in job_ids])
+
+    # ---- exclusions (ownership of hold pins) -----------------------------------------------
+    def exclusions(self) -> dict[str, tuple[str, ...]]:
+        """Job -> the ``ExcNodeList`` the daemon set on it (a journal older than the table: none)."""
+        try:
+            return {r["job_id"]: tuple(json.loads(r["nodes"])) for r in self._query("SELECT job_id, nodes FROM exclusions")}
+        except sqlite3.OperationalError:
+            return {}
+
+    def set_exclusion(self, job_id: str, nodes: Iterable[str]) -> None:
+        self._tx([("INSERT OR REPLACE INTO exclusions(job_id, nodes, ts) VALUES (?,?,?)",
+                   (job_id, json.dumps(list(nodes)), time.time()))])
+
+    def drop_exclusions(self, job_ids: Iterable[str]) -> None:
+        self._tx([("DELETE FROM exclusions WHERE job_id = ?", (j,)) for j in job_ids])
+
+    # ---- reservations (ownership) ---------------------------------------------------------
+    def reservations(self) -> dict[str, dict[str, Any]]:
+        """The daemon's reservations: name -> {job_id, created, start_time} (none in a journal
+        older than the table, opened read-only)."""
+        try:
+            return {r["name"]: r for r in self._query("SELECT name, job_id, created, start_time FROM reservations")}
+        except sqlite3.OperationalError:
+            return {}
+
+    def add_reservation(self, name: str, job_id: str, created: float) -> None:
+        """Before creating it (an intent, as pins are): a crash cannot orphan it.
+        ``created``: the snapshot time of the cycle that asks for it (Slurm's clock domain)."""
+        self._tx([("INSERT OR REPLACE INTO reservations(name, job_id, created, start_time) VALUES (?,?,?,NULL)",
+                   (name, job_id, created))])
+
+    def confirm_reservation(self, name: str, start_time: float) -> None:
+        """Slurm's own start time, the first time a snapshot shows the reservation."""
+        self._tx([("UPDATE reservations SET start_time = ? WHERE name = ? AND start_time IS NULL", (start_time, name))])
+
+    def drop_reservations(self, names: Iterable[str]) -> None:
+        self._tx([("DELETE FROM reservations WHERE name = ?", (n,)) for n in names])
 
     # ---- reading --------------------------------------------------------------------------
     def cycles(self, limit: int = 20) -> list[dict[str, Any]]:

@@ -9,12 +9,15 @@ asks ``decide`` and the operator tools (``ops/inspect.py``) load exactly what th
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+import numpy as np
 
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
 from attentived.agents.registry import make_policy, unsupported
-from attentived.agents.state import ClusterState
+from attentived.agents.state import ClusterState, PendingJob
 from attentived.topology import Topology
 
 from .config import Config, is_learned
@@ -49,6 +52,7 @@ class PolicySlot:
         self.policy: Policy | None = fixed
         self.name = getattr(fixed, "name", "") if fixed else ""
         self.fallback = ""
+        self._warmed: Topology | None = None
         self.load()
 
     def load(self) -> None:
@@ -56,6 +60,7 @@ class PolicySlot:
         if self._fixed is not None:
             return
         self.policy, self.name, self.fallback = load_policy(self.config)
+        self._warmed = None
         if self.fallback:
             self._fell_back()
         elif self.config.model and not is_learned(self.config.policy):
@@ -80,6 +85,20 @@ class PolicySlot:
             self.policy = fallback_policy(self.config)
             self._fell_back()
             self._metric()
+
+    def warm_up(self, topology: Topology) -> None:
+        """One decision on a small made-up state before the first live cycle: a learned
+        policy's first call (torch's lazy initialisation, the model's first pass) took 1.3 s
+        on the lab, long enough for Slurm to start jobs under a plan already stale."""
+        if self.policy is None or self._warmed is topology:
+            return
+        t = time.monotonic()
+        free = np.ones(topology.num_gpus, dtype=bool)
+        state = ClusterState(now=0.0, topology=topology, free=free,
+                             pending=(PendingJob("warm-up", "warm-up", 1, 0.0),))
+        self.decide(state)
+        self._warmed = topology
+        self.log.info("policy.warmed_up", policy=self.name, seconds=round(time.monotonic() - t, 3))
 
     def decide(self, state: ClusterState) -> Plan:
         """The policy's plan; one that raises is replaced by the fallback for this cycle."""

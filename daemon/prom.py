@@ -132,6 +132,8 @@ class Metrics:
         self.free_gpus = Gauge(p + "free_gpus", "GPUs free for planning (managed partitions, nodes up).")
         self.holds = Gauge(p + "held_reservations", "Hold reservations the daemon keeps.")
         self.placements = Counter(p + "placements_total", "Started jobs by how their placement matched the plan.", ["match"])
+        self.stalls = Counter(p + "stalled_starts_total", "Planned starts Slurm did not make by the next cycle (kept off those nodes).")
+        self.idle_with_queue = Gauge(p + "idle_with_queue_seconds", "Seconds for which jobs that fit on idle GPUs have been waiting (0: none).")
         self.last_cycle = Gauge(p + "last_cycle_timestamp_seconds", "Unix time of the last finished cycle.")
         self.up = Gauge(p + "slurm_up", "1 when the last snapshot of Slurm succeeded.")
         self.policy = Gauge(p + "policy_info", "The policy in use (value 1); fallback=1 when the configured one failed to load.",

@@ -112,6 +112,9 @@ class SlurmJob:
     shape to exactly that many on each of ``num_nodes`` nodes. Times are Unix seconds
     (``None`` when unset); ``time_limit`` is in seconds (``None``: unlimited).
     ``gpu_indices`` maps each allocated node to the GPU indices Slurm gave the job there.
+    ``cpus`` (in all), ``mem_per_node`` / ``mem_per_cpu`` (MB, 0 when not asked for),
+    ``exclusive`` and ``gpu_type`` are what slurmctld checks on a node besides free GPUs.
+    ``array`` marks a pending job array record: one id for many tasks.
     """
 
     job_id: str
@@ -139,7 +142,13 @@ class SlurmJob:
     held: bool = False
     comment: str = ""
     admin_comment: str = ""
-    array: bool = False  # a pending job array record (many tasks behind one id)
+    array: bool = False
+    cpus: int = 0
+    mem_per_node: int = 0
+    mem_per_cpu: int = 0
+    exclusive: bool = False
+    gpu_type: str = ""
+    last_evaluated: float | None = None  # when slurmctld last tried to schedule it
 
     @property
     def pending(self) -> bool:
@@ -156,7 +165,7 @@ class SlurmJob:
     @property
     def eligible(self) -> bool:
         """Pending, not held, and not waiting on something the daemon cannot change."""
-        if not self.pending or self.held or self.array:
+        if not self.pending or self.held:
             return False
         reason = self.reason.split(",")[0].strip()
         return reason not in INELIGIBLE_REASONS and not reason.startswith(_INELIGIBLE_PREFIXES)
@@ -164,7 +173,8 @@ class SlurmJob:
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """One node: base state plus flags, GPUs configured and in use (with their indices)."""
+    """One node: base state plus flags, GPUs configured and in use (with their indices),
+    CPUs and memory (MB) configured and allocated (0 configured: unknown)."""
 
     name: str
     state: str = "IDLE"
@@ -177,6 +187,9 @@ class SlurmNode:
     partitions: tuple[str, ...] = ()
     reason: str = ""
     alloc_cpus: int = 0
+    cpus: int = 0
+    real_memory: int = 0
+    alloc_memory: int = 0
 
     @property
     def usable(self) -> bool:

@@ -5,8 +5,9 @@
   The first cycle runs at once.
 - ``READY=1`` goes to systemd after the first good Slurm snapshot, ``WATCHDOG=1`` after
   every cycle, ``STOPPING=1`` at shutdown (``daemon/notify.py``).
-- SIGTERM / SIGINT: no new cycle starts, the running one finishes, then (with
-  ``hand_back_on_exit``) the daemon hands control back to Slurm and exits 0.
+- SIGTERM / SIGINT: no new cycle starts, the running one finishes, then the daemon removes
+  its pins (``clear_pins_on_exit``, default) or hands all control back to Slurm
+  (``hand_back_on_exit``) and exits 0.
 - SIGHUP: the config file is read again; an invalid one is rejected with a logged error and
   the old one stays in force. ``--dry-run`` given on the command line stays in force.
 - Prometheus metrics on ``metrics_address:metrics_port`` (``daemon/prom.py``).
@@ -20,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,11 +39,29 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 
 class _StdlibToStructlog(logging.Handler):
-    """APScheduler logs through the stdlib: send those lines through structlog too."""
+    """APScheduler logs through the stdlib: send those lines through structlog too.
+
+    During a hung Slurm command APScheduler says "maximum number of running instances
+    reached" at every interval; one line a minute (with how many were folded) says it."""
+
+    QUIET = 60.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last_skip = -self.QUIET
+        self._folded = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            structlog.get_logger(record.name).log(record.levelno, record.getMessage(), logger=record.name)
+            message = record.getMessage()
+            extra: dict[str, int] = {}
+            if "maximum number of running instances" in message:
+                now = time.monotonic()
+                if now - self._last_skip < self.QUIET:
+                    self._folded += 1
+                    return
+                extra, self._folded, self._last_skip = {"folded": self._folded}, 0, now
+            structlog.get_logger(record.name).log(record.levelno, message, logger=record.name, **extra)
         except Exception:  # pragma: no cover - logging must never raise
             pass
 
@@ -148,9 +168,10 @@ class Service:
             self.log.info("service.stopping", cycles=self.cycles)
             self.notifier.stopping()
             sched.shutdown(wait=True)  # the running cycle finishes
-            if self.config.hand_back_on_exit and not self.config.dry_run:
-                outcomes = self.runner.hand_back()
-                self.log.info("service.handed_back", actions=len(outcomes), failed=sum(1 for o in outcomes if not o.ok))
+            if (self.config.hand_back_on_exit or self.config.clear_pins_on_exit) and not self.config.dry_run:
+                outcomes = self.runner.hand_back(pins_only=not self.config.hand_back_on_exit)
+                self.log.info("service.handed_back", what="all" if self.config.hand_back_on_exit else "pins",
+                              actions=len(outcomes), failed=sum(1 for o in outcomes if not o.ok))
             self._close()
             self.log.info("service.stopped")
         return EXIT_OK

@@ -251,6 +251,23 @@ def gpu_indices(spec: str) -> tuple[tuple[int, ...] | None, int]:
     return (tuple(sorted(set(idx))) if known else None), count
 
 
+def tres_gpu_type(spec: str) -> str:
+    """The GPU type a TRES request names (``gres/gpu:h100:2`` -> ``h100``), "" for any."""
+    for item in (s.strip() for s in spec.split(",")):
+        m = _TRES_GPU.match(item)
+        if m and m.group("type"):
+            return m.group("type")
+    return ""
+
+
+def _exclusive(rec: dict[str, Any], src: str) -> bool:
+    """``--exclusive``: 22.05 says ``"shared": "none"``, 24.11 ``"shared": ["none"]`` or
+    ``"exclusive": ["true"]``."""
+    shared = words(rec.get("shared"), "shared", src)
+    exclusive = words(rec.get("exclusive"), "exclusive", src)
+    return "none" in (w.lower() for w in shared) or any(w.lower() in ("true", "1", "exclusive") for w in exclusive)
+
+
 def tres_gpus(spec: str) -> int:
     """GPUs in a TRES request string (``gres:gpu:3``, ``gres/gpu:h100:2``, ``gres/gpu=4``)."""
     total = 0
@@ -314,6 +331,11 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
     if not gpus and indices:
         gpus = sum(len(v) for v in indices.values())
     array_str = text(rec.get("array_task_string"), "array_task_string", src)
+    tres_node, tres_job = text(rec.get("tres_per_node"), "tres_per_node", src), text(rec.get("tres_per_job"), "tres_per_job", src)
+    cpus = number(rec.get("cpus"), "cpus", src) or 0
+    cpus_per_gpu = tres_gpus(text(rec.get("cpus_per_tres"), "cpus_per_tres", src))
+    if cpus_per_gpu and gpus:
+        cpus = max(cpus, cpus_per_gpu * gpus)
     return SlurmJob(
         job_id=str(jid),
         name=text(rec.get("name"), "name", src),
@@ -341,6 +363,12 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
         comment=text(rec.get("comment"), "comment", src),
         admin_comment=text(rec.get("admin_comment"), "admin_comment", src),
         array=state == "PENDING" and bool(array_str),
+        cpus=cpus,
+        mem_per_node=number(rec.get("memory_per_node"), "memory_per_node", src) or 0,
+        mem_per_cpu=number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0,
+        exclusive=_exclusive(rec, src),
+        last_evaluated=_time(rec.get("last_sched_evaluation"), "last_sched_evaluation", src),
+        gpu_type=tres_gpu_type(tres_node) or tres_gpu_type(tres_job) or tres_gpu_type(text(rec.get("tres_per_task"), "tres_per_task", src)),
     )
 
 
@@ -430,6 +458,9 @@ def parse_nodes(raw: str | bytes | dict[str, Any], source: str = "scontrol show 
             used_indices=used_idx or (), features=words(rec.get("active_features", rec.get("features")), "features", src),
             partitions=words(rec.get("partitions"), "partitions", src), reason=text(rec.get("reason"), "reason", src),
             alloc_cpus=number(rec.get("alloc_cpus"), "alloc_cpus", src) or 0,
+            cpus=number(rec.get("cpus"), "cpus", src) or 0,
+            real_memory=number(rec.get("real_memory"), "real_memory", src) or 0,
+            alloc_memory=number(rec.get("alloc_memory"), "alloc_memory", src) or 0,
         )
     return tuple(out.values())
 

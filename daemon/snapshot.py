@@ -4,12 +4,19 @@
   index ``i`` in Slurm (``IDX:`` in GRES strings) is ``topology.gpu_id(n, i)``.
 - ``free`` is true only for GPUs on nodes that are up (not down, drained, failing...), in a
   managed partition, not in an active reservation of someone else, and not in use. GPUs in
-  the daemon's own hold reservations count as free: each cycle decides holds afresh.
+  the daemon's own hold reservations count as free: each cycle decides holds afresh. "Own"
+  is by the journal's record (name and Slurm's start time), never by name alone, and never
+  a maintenance reservation.
+- ``nodes`` (``NodeCapacity``) holds each node's free CPUs and memory, whether it is idle
+  (for ``--exclusive``), its GPU type and features: what slurmctld checks besides GPUs.
 - ``running`` holds every job holding GPUs (any partition: they occupy the cluster), with
   the GPU indices Slurm gave them.
 - ``pending`` holds the jobs the daemon manages: in a managed partition (all of them, for a
-  job submitted to several), eligible (not held, no unmet dependency or begin time, not a
-  pending array record), asking for at least one GPU.
+  job submitted to several), eligible (not held, no unmet dependency or begin time), asking
+  for at least one GPU, with their CPUs, memory, ``--exclusive``, GPU type, ``-w``, ``-x``
+  and features. A pending job array record is one job (one task's GPUs): it is ordered as
+  a whole, never pinned (Slurm refuses a node list on an array). ``avoid`` adds nodes a job
+  must not be planned on (where its last planned start stalled).
 - Pending jobs submitted in the same second are spread over that second in job-id order,
   so that policies keep Slurm's tie-break (lower job id first).
 - ``users`` is each user's history from finished GPU jobs slurmctld still shows
@@ -25,11 +32,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attentived.agents.state import ClusterState, PendingJob, RunningJob, UserStats
+from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 
-from .records import SlurmJob, Snapshot
+from .records import SlurmJob, SlurmReservation, Snapshot
 
+#: Seconds of clock difference tolerated between the daemon and slurmctld when a new
+#: reservation's start time is compared with the moment the daemon asked for it.
+CLOCK_SLACK = 5.0
+#: What a node offers when Slurm does not say (a test backend): no limit.
+_UNLIMITED = 1 << 40
+_SIMPLE_FEATURES = re.compile(r"[A-Za-z0-9_.-]+(?:[&,][A-Za-z0-9_.-]+)*")
 _MODEL_TOKEN = re.compile(r"(?:^|[\s,;])model[=:]([A-Za-z0-9_.+-]{1,64})")
 
 
@@ -43,7 +56,8 @@ class Built:
     partitions: tuple[str, ...]
     managed: dict[str, SlurmJob]  # pending jobs handed to the policy, by id
     constrained: set[str]  # managed jobs with their own placement constraints: ordered, never pinned
-    own_reservations: dict[str, object]
+    own_reservations: dict[str, SlurmReservation]
+    own_exclusions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # held jobs' ExcNodeList the daemon set
     node_reasons: dict[str, str] = field(default_factory=dict)  # why a node offers no free GPU
     running_gpus: dict[str, tuple[int, ...]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -74,6 +88,22 @@ def job_model(job: SlurmJob) -> str | None:
     return name if name and re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", name) else None
 
 
+def owns(r: SlurmReservation, record: Mapping[str, object] | None) -> bool:
+    """Whether reservation ``r`` is the one the daemon created (``record``: its journal row).
+
+    By record, not by name: the journal must know the name, Slurm's start time must be the
+    one first seen (a reservation deleted and re-created by someone else under the same name
+    starts at another time), and a maintenance reservation is never the daemon's."""
+    if record is None or "MAINT" in r.flags:
+        return False
+    seen, created = record.get("start_time"), record.get("created")
+    if r.start_time is None:
+        return True
+    if isinstance(seen, (int, float)):
+        return abs(r.start_time - seen) < 1.0
+    return not isinstance(created, (int, float)) or r.start_time >= created - CLOCK_SLACK
+
+
 def build_state(
     snap: Snapshot,
     topology: Topology,
@@ -81,18 +111,27 @@ def build_state(
     *,
     reservation_prefix: str = "attentived-",
     owned_pins: Mapping[str, tuple[str, ...]] | None = None,
+    owned_reservations: Mapping[str, Mapping[str, object]] | None = None,
+    owned_exclusions: Mapping[str, tuple[str, ...]] | None = None,
+    avoid: Mapping[str, tuple[str, ...]] | None = None,
     now: float | None = None,
 ) -> Built:
     now = snap.taken_at if now is None else now
     partitions = tuple(partitions)
     owned_pins = owned_pins or {}
+    owned_reservations = owned_reservations or {}
+    avoid = avoid or {}
+    jobs_now = snap.jobs_by_id
+    own_exclusions = {j: tuple(exc) for j, exc in (owned_exclusions or {}).items()
+                      if j in jobs_now and tuple(jobs_now[j].excluded_nodes) == tuple(exc)}
     warnings: list[str] = []
     topo = topology
     free = np.zeros(topo.num_gpus, dtype=bool)
     node_reasons: dict[str, str] = {}
     slurm_nodes = snap.nodes_by_name
     reservations = snap.reservations
-    own = {r.name: r for r in reservations if r.name.startswith(reservation_prefix)}
+    own = {r.name: r for r in reservations
+           if r.name.startswith(reservation_prefix) and owns(r, owned_reservations.get(r.name))}
     foreign_reserved: dict[str, str] = {}
     for r in reservations:
         if r.name in own or not r.active(now):
@@ -128,6 +167,7 @@ def build_state(
     for name in slurm_nodes:
         if name not in topo.node_index and slurm_nodes[name].gpus:
             warnings.append(f"node {name} has GPUs in Slurm but is not in the topology: ignored")
+    capacity = _capacity(snap, topo)
 
     # running jobs and their GPUs
     running: list[RunningJob] = []
@@ -142,7 +182,8 @@ def build_state(
         running_gpus[job.job_id] = gpus
         running.append(RunningJob(
             job_id=job.job_id, user=job.user, gpus=gpus, submit_time=job.submit_time or now,
-            start_time=job.start_time or now, time_limit=job.time_limit,
+            start_time=job.start_time or now, time_limit=job.time_limit, cpus=job.cpus,
+            mem=job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus, exclusive=job.exclusive,
         ))
 
     # finished jobs -> users' history
@@ -173,20 +214,29 @@ def build_state(
             counts["no_gpu"] += 1
             continue
         managed[job.job_id] = job
-        if _constrained(job, owned_pins.get(job.job_id), reservation_prefix):
+        own_pin = owned_pins.get(job.job_id)
+        if _constrained(job, own_pin, own):
             constrained.add(job.job_id)
+        users_pin = job.required_nodes if tuple(job.required_nodes) != tuple(own_pin or ()) else ()
+        features = job.features if job.features not in ("", "(null)") else ""
         pending.append(PendingJob(
             job_id=job.job_id, user=job.user, num_gpus=job.gpus, submit_time=job.submit_time or now,
             time_limit=job.time_limit, num_nodes=job.num_nodes if job.per_node_fixed else None,
-            model=job_model(job), partition=job.partition,
+            model=job_model(job), partition=job.partition, cpus=job.cpus, mem_per_node=job.mem_per_node,
+            mem_per_cpu=job.mem_per_cpu, exclusive=job.exclusive, gpu_type=job.gpu_type, nodelist=tuple(users_pin),
+            exclude=tuple(dict.fromkeys(((*job.excluded_nodes,) if job.job_id not in own_exclusions else ())
+                                        + tuple(avoid.get(job.job_id, ())))),
+            features=tuple(re.split(r"[&,]", features)) if _SIMPLE_FEATURES.fullmatch(features) else (),
         ))
     submits = _tie_break(list(managed.values()), now)
     pending = [dataclasses.replace(p, submit_time=submits[p.job_id]) for p in pending]
     counts["managed"] = len(pending)
     counts["running"] = len(running)
-    state = ClusterState(now=now, topology=topo, free=free, pending=tuple(pending), running=tuple(running), users=users)
+    state = ClusterState(now=now, topology=topo, free=free, pending=tuple(pending), running=tuple(running), users=users,
+                         nodes=capacity)
     return Built(state=state, snapshot=snap, topology=topo, partitions=partitions, managed=managed,
-                 constrained=constrained, own_reservations=dict(own), node_reasons=node_reasons,
+                 constrained=constrained, own_reservations=dict(own), own_exclusions=own_exclusions,
+                 node_reasons=node_reasons,
                  running_gpus=running_gpus, warnings=warnings, counts=counts)
 
 
@@ -205,14 +255,43 @@ def _tie_break(jobs: list[SlurmJob], now: float) -> dict[str, float]:
     return out
 
 
-def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, prefix: str) -> bool:
-    """A job that carries placement constraints of its own (nodes, features, a reservation)
-    keeps them: the daemon orders it but never pins it or reserves for it."""
+def _capacity(snap: Snapshot, topo: Topology) -> NodeCapacity:
+    """Each topology node's free CPUs and memory, idleness, GPU type and features."""
+    n = len(topo.nodes)
+    cpus = np.full(n, _UNLIMITED, dtype=np.int64)
+    mem = np.full(n, _UNLIMITED, dtype=np.int64)
+    idle = np.ones(n, dtype=bool)
+    types: list[str] = [""] * n
+    features: list[frozenset[str]] = [frozenset()] * n
+    nodes = snap.nodes_by_name
+    for ni, tnode in enumerate(topo.nodes):
+        sn = nodes.get(tnode.name)
+        if sn is None:
+            continue
+        if sn.cpus:
+            cpus[ni] = max(0, sn.cpus - sn.alloc_cpus)
+        if sn.real_memory:
+            mem[ni] = max(0, sn.real_memory - sn.alloc_memory)
+        idle[ni] = not sn.busy
+        types[ni] = sn.gpu_type
+        features[ni] = frozenset(sn.features)
+    return NodeCapacity(cpus=cpus, mem=mem, idle=idle, gpu_type=tuple(types), features=tuple(features))
+
+
+def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, own: Mapping[str, SlurmReservation]) -> bool:
+    """A job the daemon orders but never pins or reserves for: one that set its own node
+    list (``-w``: the plan keeps to it, but the node list is the user's), one in a
+    reservation of someone else, a job array (Slurm refuses node lists on arrays), or one
+    whose feature expression is more than a plain AND list (the plan cannot check it).
+    ``-x`` and plain ``-C a&b`` are modelled by the plan, so such jobs are pinned."""
     if job.required_nodes and tuple(job.required_nodes) != tuple(owned_pin or ()):
         return True
-    if job.excluded_nodes or (job.features and job.features != "(null)"):
+    if job.array:
         return True
-    return bool(job.reservation) and not job.reservation.startswith(prefix)
+    features = job.features if job.features != "(null)" else ""
+    if features and not _SIMPLE_FEATURES.fullmatch(features):
+        return True
+    return bool(job.reservation) and job.reservation not in own
 
 
 def _job_gpus(job: SlurmJob, topo: Topology, free: np.ndarray, warnings: list[str]) -> tuple[int, ...]:

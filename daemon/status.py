@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
+from .journal import private_dir
 
 FILE = "status.json"
 
@@ -39,6 +40,7 @@ def status_doc(*, config: Config, mode: str, policy_name: str, policy_fallback: 
         "slurm_reachable": bool(last and last.snapshot_ok),
         "slurm_findings": [f.__dict__ for f in slurm_findings],
         "errors_total": errors_total,
+        "warnings": warnings(config, mode, last),
         "last_cycle": None if last is None else {
             "id": last.cycle_id, "started": last.started, "duration": last.duration, "ok": last.ok,
             "skipped": last.skipped, "dry_run": last.dry_run, "error": last.error or None,
@@ -48,13 +50,30 @@ def status_doc(*, config: Config, mode: str, policy_name: str, policy_fallback: 
     }
 
 
+def warnings(config: Config, mode: str, last: Any) -> list[str]:
+    """What an operator must act on, from the last cycle: planned starts Slurm refused, and
+    jobs that have fit idle GPUs for longer than ``idle_warn_after`` (live mode only: in a
+    dry run nothing is meant to start)."""
+    doc = getattr(last, "plan_doc", None) or {}
+    out = [f"job {s['job']}: planned start on {','.join(s['nodes'])} did not happen ({s['reason']}); "
+           f"kept off those nodes until {time.strftime('%H:%M:%S', time.localtime(s['avoid_until']))}"
+           for s in doc.get("stalls", [])]
+    idle = float(getattr(last, "idle_with_queue", 0.0) or 0.0)
+    if mode == "live" and idle > config.idle_warn_after:
+        out.append(f"jobs have waited {idle:.0f} s while GPUs they fit on sit idle "
+                   f"(more than idle_warn_after = {config.idle_warn_after:g} s)")
+    return out
+
+
 def write_status(state_dir: str | os.PathLike[str], doc: dict[str, Any], log: Any) -> None:
     """Write ``doc`` to ``<state_dir>/status.json`` through a temporary file and a rename."""
     path = Path(state_dir) / FILE
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(doc, indent=1))
         tmp.replace(path)
     except OSError as e:
         log.warning("status.unwritable", path=str(path), error=str(e))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from typing import Any
 
 import numpy as np
@@ -116,7 +117,8 @@ def _journal_info(cfg: cfgmod.Config, job_id: str) -> dict[str, Any] | None:
     rank = None
     if last and job_id in (last.get("order") or []):
         rank = {"cycle_id": last["cycle_id"], "rank": last["order"].index(job_id) + 1, "of": len(last["order"])}
-    if not placement and not actions and rank is None:
+    stall = next((st for st in (last or {}).get("stalls") or [] if st.get("job") == job_id), None)
+    if not placement and not actions and rank is None and stall is None:
         return None
     merged: list[dict[str, Any]] = []
     for a in actions:  # a dry run repeats the same action every cycle: show it once, counted
@@ -127,7 +129,7 @@ def _journal_info(cfg: cfgmod.Config, job_id: str) -> dict[str, Any] | None:
             prev["times"] += 1
         else:
             merged.append(item)
-    return {"placement": placement, "last_plan": rank, "actions": merged}
+    return {"placement": placement, "last_plan": rank, "actions": merged, "stall": stall}
 
 
 def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int = 5) -> dict[str, Any]:
@@ -146,7 +148,10 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
                 "summary": f"job {job_id} is no longer in Slurm; the journal remembers it", "journal": journal}
     base = {"id": job_id, "user": sj.user, "name": sj.name, "partition": sj.partition, "state": sj.state,
             "reason": sj.reason, "gpus": sj.gpus, "nodes_requested": sj.num_nodes if sj.per_node_fixed else None,
-            "submitted": sj.submit_time, "time_limit": sj.time_limit, "priority": sj.priority}
+            "submitted": sj.submit_time, "time_limit": sj.time_limit, "priority": sj.priority,
+            "cpus": sj.cpus, "mem_per_node": sj.mem_per_node or None, "mem_per_cpu": sj.mem_per_cpu or None,
+            "exclusive": sj.exclusive, "gpu_type": sj.gpu_type or None, "required_nodes": list(sj.required_nodes),
+            "excluded_nodes": list(sj.excluded_nodes), "features": sj.features or None}
     fair = fairness(state, sj.user)
     if not sj.pending:
         topo = live.topology
@@ -270,6 +275,11 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
         summary += f" behind {len(ahead)} job(s) ranked ahead"
     if job_id in built.constrained:
         summary += "; it carries its own node constraints, so attentived orders it but does not place it"
+    stall = (journal or {}).get("stall")
+    if stall:
+        summary += (f"; its last planned start on {','.join(stall['nodes'])} did not happen (Slurm: {stall['reason']}), "
+                    f"so the daemon keeps it off {','.join(stall['nodes'])} until "
+                    f"{time.strftime('%H:%M:%S', time.localtime(stall['avoid_until']))}")
     known = {re.sub(r"[^a-z0-9]", "", n.lower()) for n in speed.profiles}
     declared = bool(job.model) and re.sub(r"[^a-z0-9]", "", (job.model or "").lower()) in known
     return {

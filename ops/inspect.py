@@ -265,6 +265,7 @@ def status(cfg: cfgmod.Config, *, backend: Backend | None = None, probe: bool = 
         "recent_errors": errors,
         "slurm": slurm,
         "slurm_findings": doc.get("slurm_findings", []),
+        "warnings": doc.get("warnings", []),
         "journal": counts,
         "from_config_only": not doc,
     }
@@ -319,15 +320,16 @@ def connect(cfg: cfgmod.Config, *, backend: Backend | None = None, topology: Top
         raise InspectError(f"topology: {e}") from None
     except SlurmError as e:
         raise InspectError(f"Slurm is not reachable: {e}") from None
-    if owned_pins is None:
-        journal = open_journal(cfg, required=False)
-        owned_pins = {}
-        if journal is not None:
-            try:
-                owned_pins = journal.pins()
-            finally:
-                journal.close()
-    built = build_state(snap, topology, partitions, reservation_prefix=cfg.reservation_prefix, owned_pins=owned_pins)
+    owned_reservations: dict[str, Any] = {}
+    journal = open_journal(cfg, required=False)
+    if journal is not None:
+        try:
+            owned_pins = journal.pins() if owned_pins is None else owned_pins
+            owned_reservations = journal.reservations()
+        finally:
+            journal.close()
+    built = build_state(snap, topology, partitions, reservation_prefix=cfg.reservation_prefix, owned_pins=owned_pins or {},
+                        owned_reservations=owned_reservations)
     return Live(cfg, backend, conf, partitions, topology, source, snap, built)
 
 

@@ -156,7 +156,7 @@ def test_decisions(site):
     assert r.exit_code == 1 and "does not exist" in r.stderr
     run_cycles(conf, fake, n=2)
     r = invoke("decisions", "-c", str(conf))
-    assert r.exit_code == 0 and "cycles (newest first)" in r.stdout and "reservation_create" in r.stdout
+    assert r.exit_code == 0 and "cycles (newest first)" in r.stdout and "exclude" in r.stdout  # the hold: an ExcNodeList
     doc = json.loads(invoke("decisions", "-c", str(conf), "--job", "11", "--json").stdout)
     assert doc["plans"][0]["action"] == "hold" and doc["actions"]
     r = invoke("decisions", "-c", str(conf), "--job", "11")

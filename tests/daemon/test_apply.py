@@ -4,6 +4,7 @@ that follow the plan with minimal updates, pins, hold reservations, clean-up, no
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -20,14 +21,17 @@ from attentived.daemon.apply import (
     hand_back_actions,
     plan_actions,
 )
-from attentived.daemon.records import SlurmJob, SlurmNode
+from attentived.daemon.journal import Journal
+from attentived.daemon.ownership import ReservationBook
+from attentived.daemon.records import SlurmJob, SlurmNode, SlurmReservation
 from attentived.daemon.snapshot import build_state
 from attentived.daemon.testing import FakeBackend
 from attentived.topology import uniform
 
 TOPO = uniform(4, 8, nodes_per_switch=2)
-NOW = 1_000_000.0
+NOW = float(int(time.time()))  # the journal's ownership records use the real clock
 S = Settings()
+ATTACH = Settings(hold_mode="attach")
 
 
 def running(job_id, user, node, idx, partition="main", limit=None):
@@ -42,6 +46,21 @@ def pending(job_id, user, gpus, nodes=1, partition="main", t=0.0, **kw):
                     priority=1, **kw)
 
 
+@pytest.fixture(autouse=True)
+def _journal(tmp_path, monkeypatch):
+    """Each test's reservations are owned through a real journal, as in the daemon."""
+    journal = Journal.in_state_dir(tmp_path / "state")
+    monkeypatch.setitem(BOOKS, "book", ReservationBook(journal))
+    monkeypatch.setitem(PINS, "pins", {})
+    monkeypatch.setitem(PINS, "exclusions", {})
+    yield
+    journal.close()
+
+
+BOOKS: dict[str, ReservationBook] = {}
+PINS: dict[str, dict[str, tuple[str, ...]]] = {}  # the daemon's pins, as its journal would keep them
+
+
 def cluster(pend=(), run=None):
     nodes = [SlurmNode(f"node{i}", "IDLE", gpus=8, gpu_type="h100", partitions=("main", "other")) for i in range(1, 5)]
     run = run if run is not None else [running(str(100 + i), "root", f"node{i}", range(7)) for i in range(1, 5)]
@@ -49,8 +68,10 @@ def cluster(pend=(), run=None):
 
 
 def cycle(fake, policy="fifo+consolidate", settings=S, owned=None, plan=None, partitions=("main",)):
+    owned = PINS["pins"] if owned is None else owned
     snap = fake.snapshot()
-    built = build_state(snap, TOPO, partitions, reservation_prefix=settings.reservation_prefix, owned_pins=owned or {})
+    built = build_state(snap, TOPO, partitions, reservation_prefix=settings.reservation_prefix, owned_pins=owned or {},
+                        owned_reservations=BOOKS["book"].owned(snap), owned_exclusions=PINS["exclusions"])
     plan = plan or make_policy(policy).decide(built.state)
     desired = desired_state(plan, built, settings)
     actions = plan_actions(desired, built, settings, owned or {})
@@ -58,7 +79,18 @@ def cycle(fake, policy="fifo+consolidate", settings=S, owned=None, plan=None, pa
 
 
 def apply(fake, actions):
+    BOOKS["book"].record_intents(actions, fake.snapshot().taken_at)
     out = execute(actions, fake)
+    BOOKS["book"].settle(out)
+    for o in out:
+        if o.ok and o.action.kind == "pin":
+            PINS["pins"][o.action.job_id] = o.action.nodes
+        elif o.ok and o.action.kind == "unpin":
+            PINS["pins"].pop(o.action.job_id, None)
+        elif o.ok and o.action.kind == "exclude":
+            PINS["exclusions"][o.action.job_id] = o.action.nodes
+        elif o.ok and o.action.kind == "unexclude":
+            PINS["exclusions"].pop(o.action.job_id, None)
     assert all(o.ok for o in out), [(o.action.describe(), o.error) for o in out if not o.ok]
     return out
 
@@ -67,27 +99,38 @@ def prio(fake, job_id):
     return fake.jobs[job_id].priority
 
 
-def test_hold_becomes_a_reservation_and_priorities_follow_the_plan():
-    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1), pending("3", "carol", 1, t=2),
+def test_hold_is_a_pin_and_priorities_follow_the_plan():
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1), pending("3", "carol", 1, t=2),
                     pending("9", "carol", 1, partition="other", t=3)])
     plan, desired, actions = cycle(fake)
     assert plan.holds and plan.holds[0].job_id == "1" and not plan.starts
-    kinds = [(a.kind, a.job_id or a.reservation) for a in actions]
-    assert ("reservation_create", "1") in kinds
-    create = next(a for a in actions if a.kind == "reservation_create")
-    assert create.reservation == "attentived-1" and create.users == ("alice",) and create.ignore_jobs
-    assert create.nodes == desired.holds["attentived-1"].nodes
+    # block mode: no reservation; every node but the held one is excluded (a pin by ReqNodeList
+    # would not block lower jobs in slurmctld's scheduler, an exclusion does)
+    assert desired.holds == {} and "1" not in desired.pins
+    held = set(TOPO.nodes[int(TOPO.gpu_node[g])].name for g in plan.holds[0].gpus)
+    assert set(desired.exclusions["1"]) == {f"node{i}" for i in range(1, 5)} - held
+    assert not [a for a in actions if a.kind.startswith("reservation")]
     apply(fake, actions)
     assert prio(fake, "1") > prio(fake, "2") > prio(fake, "3") >= S.priority_floor
-    assert fake.jobs["1"].reservation == ""  # block mode: not attached
+    assert fake.jobs["1"].reservation == "" and fake.jobs["1"].excluded_nodes == desired.exclusions["1"]
     assert fake.jobs["9"].priority == 1 and not any("JobId=9" in " ".join(c) for c in fake.calls)  # other partition
     _p, _d, again = cycle(fake)
     assert again == []  # no churn
 
 
+def test_attach_mode_hold_becomes_a_reservation():
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
+    _plan, desired, actions = cycle(fake, settings=ATTACH)
+    create = next(a for a in actions if a.kind == "reservation_create")
+    assert create.reservation == "attentived-1" and create.users == ("alice",) and create.ignore_jobs
+    assert create.nodes == desired.holds["attentived-1"].nodes and "1" not in desired.pins
+    apply(fake, actions)
+    assert cycle(fake, settings=ATTACH)[2] == []
+
+
 def test_attach_mode_attaches_and_ends_the_reservation_once_the_job_runs_inside():
     attach = dataclasses.replace(S, hold_mode="attach")
-    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1)])
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
     _plan, desired, actions = cycle(fake, settings=attach)
     apply(fake, actions)
     node = desired.holds["attentived-1"].nodes[0]
@@ -96,7 +139,7 @@ def test_attach_mode_attaches_and_ends_the_reservation_once_the_job_runs_inside(
     # the blocker on the held node ends and Slurm starts job 1 inside its reservation
     blocker = next(j for j in fake.jobs.values() if j.active and j.nodes == (node,))
     fake.finish(blocker.job_id)
-    fake.start("1", {node: [0, 1, 2, 3]})
+    fake.start("1", {node: list(range(8))})
     _p, _d, actions = cycle(fake, settings=attach)
     assert ("reservation_end", "attentived-1") in [(a.kind, a.reservation) for a in actions]
     apply(fake, actions)
@@ -108,19 +151,21 @@ def test_attach_mode_attaches_and_ends_the_reservation_once_the_job_runs_inside(
     assert "attentived-1" not in fake.reservations
 
 
-def test_held_nodes_freeing_up_turn_the_hold_into_a_pinned_start():
-    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1), pending("3", "carol", 2, t=2)])
-    _p, desired, actions = cycle(fake)
+def test_held_nodes_freeing_up_turn_the_hold_into_a_pinned_start_in_one_update():
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1), pending("3", "carol", 2, t=2)])
+    plan, desired, actions = cycle(fake)
     apply(fake, actions)
-    (node,) = desired.holds["attentived-1"].nodes
+    (node,) = {TOPO.nodes[int(TOPO.gpu_node[g])].name for g in plan.holds[0].gpus}
+    assert node not in fake.jobs["1"].excluded_nodes  # kept to its held node while held
     blocker = next(j for j in fake.jobs.values() if j.active and j.nodes == (node,))
     fake.finish(blocker.job_id)
     plan, desired, actions = cycle(fake)
     assert [s.job_id for s in plan.starts][:1] == ["1"] and desired.pins["1"] == (node,)
-    kinds = [(a.kind, a.job_id or a.reservation) for a in actions]
-    assert kinds.index(("reservation_delete", "attentived-1")) < kinds.index(("pin", "1"))
+    one = [a.kind for a in actions if a.job_id == "1"]
+    assert {"pin", "unexclude"} <= set(one)
     apply(fake, actions)
-    assert fake.jobs["1"].required_nodes == (node,) and "attentived-1" not in fake.reservations
+    assert sum(1 for c in fake.calls if "JobId=1" in " ".join(c)) == 2  # pin + unexclude (+ priority) in one update
+    assert fake.jobs["1"].required_nodes == (node,) and fake.jobs["1"].excluded_nodes == ()
     starts = [s.job_id for s in plan.starts]
     assert all(prio(fake, a) > prio(fake, b) for a, b in zip(starts, starts[1:]))
     later = [j for j in desired.order if j not in starts]
@@ -143,7 +188,7 @@ def test_pins_the_daemon_set_are_removed_and_user_pins_are_not():
 
 def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted():
     attach = dataclasses.replace(S, hold_mode="attach")
-    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1)])
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
     apply(fake, cycle(fake, settings=attach)[2])
     assert fake.jobs["1"].reservation == "attentived-1"
     _p, _d, actions = cycle(fake, settings=attach, plan=Plan(order=("2", "1")))  # no holds now
@@ -154,10 +199,10 @@ def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted(
 
 
 def test_reservation_lease_is_renewed_when_half_is_gone():
-    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1)])
-    apply(fake, cycle(fake)[2])
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
+    apply(fake, cycle(fake, settings=ATTACH)[2])
     fake.now = NOW + S.reservation_ttl * 0.6
-    _p, _d, actions = cycle(fake)
+    _p, _d, actions = cycle(fake, settings=ATTACH)
     renew = [a for a in actions if a.kind == "reservation_update"]
     assert len(renew) == 1 and renew[0].reason == "renew lease"
     apply(fake, actions)
@@ -167,7 +212,7 @@ def test_reservation_lease_is_renewed_when_half_is_gone():
 def test_backfilled_start_on_held_nodes_shrinks_the_reservation():
     plan = Plan(order=("1", "2"), starts=(Start("2", (0,)),), holds=(Hold("1", tuple(range(8, 16)) + (1, 2), NOW + 60),))
     fake = cluster([pending("1", "alice", 10, nodes=1), pending("2", "bob", 1)], run=[])
-    _p, desired, _a = cycle(fake, plan=plan)
+    _p, desired, _a = cycle(fake, plan=plan, settings=ATTACH)
     assert desired.holds["attentived-1"].nodes == ("node2",)  # node1 is backfilled now
     assert desired.order[:2] == ["2", "1"]
 
@@ -195,12 +240,16 @@ def test_dry_run_touches_nothing():
 
 def test_hand_back():
     attach = dataclasses.replace(S, hold_mode="attach")
-    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 8, t=1), pending("3", "carol", 1, t=2)],
-                   run=[running("100", "root", "node1", range(7)), running("101", "root", "node2", range(3))])
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1), pending("3", "carol", 1, t=2)],
+                   run=[running("100", "root", "node1", range(7)), running("101", "root", "node2", range(3)),
+                        running("102", "root", "node3", range(8)), running("103", "root", "node4", range(8))])
     _p, _d, actions = cycle(fake, settings=attach)
     apply(fake, actions)
     owned = {j.job_id: j.required_nodes for j in fake.jobs.values() if j.pending and j.required_nodes}
-    actions, reset = hand_back_actions(fake.snapshot(), attach, ["main"], owned)
+    snap = fake.snapshot()
+    own = {r.name: r for r in snap.reservations if r.name in BOOKS["book"].owned(snap)}
+    assert own
+    actions, reset = hand_back_actions(snap, attach, ["main"], owned, own)
     apply(fake, actions)
     fake.hold(reset)
     fake.release(reset)
@@ -208,6 +257,44 @@ def test_hand_back():
                                           for r in fake.reservations)
     assert all(not S.in_band(j.priority) for j in fake.jobs.values() if j.pending)
     assert all(not j.required_nodes for j in fake.jobs.values() if j.pending)
+
+
+def test_partial_node_hold_is_a_pin_not_a_reservation():
+    fake = cluster([pending("1", "alice", 4), pending("2", "bob", 1, t=1)])
+    plan, desired, actions = cycle(fake)
+    assert [h.job_id for h in plan.holds] == ["1"] and desired.holds == {}
+    assert "1" in desired.exclusions and "1" not in desired.pins
+    apply(fake, actions)
+    assert fake.jobs["1"].excluded_nodes == desired.exclusions["1"] and fake.reservations == {}
+    assert cycle(fake)[2] == []
+
+
+def test_reservations_it_did_not_create_are_never_touched():
+    fake = cluster([pending("1", "alice", 8), pending("9", "carol", 1, partition="other", reservation="attentived-team")])
+    for name, flags in (("attentived-maint", ("MAINT", "IGNORE_JOBS")), ("attentived-999", ()), ("attentived-team", ())):
+        fake.reservations[name] = SlurmReservation(name, nodes=("node4",), users=("root",), flags=flags,
+                                                   start_time=NOW - 10, end_time=NOW + 3600)
+    _plan, _d, actions = cycle(fake, settings=ATTACH)
+    assert not [a for a in actions if a.reservation in ("attentived-maint", "attentived-999", "attentived-team")]
+    assert not [a for a in actions if a.job_id == "9"]
+    # a reservation of someone else under the name the daemon would use for its hold
+    fake.reservations["attentived-1"] = SlurmReservation("attentived-1", nodes=("node3",), users=("root",),
+                                                         start_time=NOW - 100, end_time=NOW + 3600)
+    _plan, _d, actions = cycle(fake, settings=ATTACH)
+    assert not [a for a in actions if a.reservation == "attentived-1"]
+
+
+def test_ownership_follows_slurms_start_time(tmp_path):
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
+    apply(fake, cycle(fake, settings=ATTACH)[2])
+    book = BOOKS["book"]
+    assert list(book.owned(fake.snapshot())) == ["attentived-1"]
+    mine = fake.reservations["attentived-1"]
+    # deleted and re-created by someone else under the same name: not the daemon's any more
+    fake.reservations["attentived-1"] = dataclasses.replace(mine, start_time=(mine.start_time or NOW) + 30)
+    snap = fake.snapshot()
+    built = build_state(snap, TOPO, ("main",), owned_reservations=book.owned(snap))
+    assert "attentived-1" not in built.own_reservations
 
 
 # ---- priorities --------------------------------------------------------------------------------

@@ -181,13 +181,24 @@ def test_plan_is_carried_out_by_slurm(clean_lab, tmp_path):
         holds = plan["holds"] or again.plan_doc["holds"]
         assert holds, f"pending {pending_mix} but no hold"
         hold_nodes = set(holds[0]["nodes"])
+        held_jobs = {h["job"] for h in holds}  # held jobs may start on their held nodes by themselves (pinned)
         for jid, d in jobs_now(lab).items():
-            if d["JobState"] == "RUNNING" and set(lab_nodes(d)) & hold_nodes:
+            if d["JobState"] == "RUNNING" and set(lab_nodes(d)) & hold_nodes and jid not in held_jobs:
                 lab.run(["scancel", jid])
-        wait_until(lambda hold_nodes=hold_nodes: not any(d["JobState"] in ("RUNNING", "COMPLETING") and set(lab_nodes(d)) & hold_nodes
-                                   for d in jobs_now(lab).values()), what="held nodes to free up")
-        time.sleep(1.2)  # one Slurm scheduling pass: the held job must not start by itself
-        assert jobs_now(lab)[holds[0]["job"]]["JobState"] == "PENDING"
+        wait_until(lambda hold_nodes=hold_nodes, held_jobs=held_jobs: not any(
+            jid not in held_jobs and d["JobState"] in ("RUNNING", "COMPLETING") and set(lab_nodes(d)) & hold_nodes
+            for jid, d in jobs_now(lab).items()), what="held nodes to free up")
+        time.sleep(1.2)  # one Slurm scheduling pass: held jobs start on their held nodes, or wait for the next cycle
+        for h in holds:
+            d = jobs_now(lab)[h["job"]]
+            if d["JobState"] == "RUNNING":
+                assert sorted(lab_nodes(d)) == sorted(h["nodes"]), (d, h)
+                planned_at.setdefault(h["job"], step)
+                started_step.setdefault(h["job"], step)
+                planned_nodes[h["job"]], planned_gpus[h["job"]] = h["nodes"], h["gpus"]
+                seen[h["job"]] = (lab_nodes(d), gres_indices(lab, h["job"]))
+            else:
+                assert d["JobState"] == "PENDING", d
     else:
         pytest.fail("the mix did not start within 20 cycles")
 
@@ -255,7 +266,7 @@ def test_dry_run_changes_nothing(clean_lab, tmp_path):
 def test_attach_mode_reservation_never_outlives_its_job(clean_lab, tmp_path):
     lab = clean_lab
     blockers = busy_cluster(lab)
-    a = str(lab.submit("alice", 4, script="sleep 2", name="A", extra_args=["--time", "30"]))
+    a = str(lab.submit("alice", 8, script="sleep 2", name="A", extra_args=["--time", "30"]))  # whole node: reservable
     b = str(lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"]))
     eng = runner_for(lab, tmp_path, hold_mode="attach")
     res = eng.run_cycle()
@@ -315,7 +326,8 @@ def test_service_signals_notify_metrics_and_hand_back(clean_lab, tmp_path):
         wait_until(lambda: "WATCHDOG=1" in sock.recv(4096).decode(), what="watchdog")
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert "attentived_cycles_total" in body and "attentived_queue_length" in body
-        wait_until(lambda: ours(lab), what="a hold reservation")
+        wait_until(lambda: any(d["JobState"] == "PENDING" and d.get("ExcNodeList") not in (None, "", "(null)")
+                               for d in jobs_now(lab).values()), what="a held job kept to its held nodes")
         assert any(int(d["Priority"]) >= 1_000_000 for d in jobs_now(lab).values())
         conf.write_text("interval = -5\n")
         proc.send_signal(signal.SIGHUP)
@@ -341,3 +353,4 @@ def test_service_signals_notify_metrics_and_hand_back(clean_lab, tmp_path):
         if d["JobState"] == "PENDING":
             assert int(d["Priority"]) < 1_000_000 and d.get("ReqNodeList", "(null)") in ("(null)", ""), \
                 (name, d["Priority"], d.get("ReqNodeList"))
+            assert d.get("ExcNodeList", "(null)") in ("(null)", ""), (name, d.get("ExcNodeList"))

@@ -187,7 +187,7 @@ def test_sigkill_during_hand_back_then_hand_back_again(clean_lab, tmp_path):
         lab.submit(user, gpus, script="sleep 120")
     state = tmp_path / "state"
     # bring Slurm to the daemon's plan first: the crashing daemon's own cycle then has nothing to do
-    eng = CycleRunner(config_for(lab, tmp_path, state_dir=str(state)))
+    eng = CycleRunner(config_for(lab, tmp_path, state_dir=str(state), hold_mode="attach"))  # holds as reservations
     assert eng.run_cycle().ok
     r = eng.run_cycle()
     assert r.ok and r.updates == 0
@@ -196,7 +196,7 @@ def test_sigkill_during_hand_back_then_hand_back_again(clean_lab, tmp_path):
     # hand-back = reservation deletes then hold + release of the daemon's priorities, all
     # Slurm writes the crashing backend counts: a crash after the 1st always lands half way
     assert held, "no hold to hand back"
-    conf = _conf(lab, tmp_path, state, interval=60, hand_back_on_exit=True)
+    conf = _conf(lab, tmp_path, state, interval=60, hand_back_on_exit=True, hold_mode="attach")
     d = Daemon(conf, crash_after=1)
     try:
         i = d.wait_event(lambda e: e.get("event") == "cycle.done", timeout=30, what="first cycle")
@@ -211,7 +211,7 @@ def test_sigkill_during_hand_back_then_hand_back_again(clean_lab, tmp_path):
     assert not d.named("service.handed_back")  # killed half way
     print("left after the killed hand-back:", sorted(ours(lab)), "of", sorted(held))
     # a restarted daemon's hand-back finishes the job
-    d2 = Daemon(_conf(lab, tmp_path, state, interval=60, hand_back_on_exit=True))
+    d2 = Daemon(_conf(lab, tmp_path, state, interval=60, hand_back_on_exit=True, hold_mode="attach"))
     try:
         d2.wait_event(lambda e: e.get("event") == "cycle.done", timeout=30, what="first cycle")
         d2.p.send_signal(signal.SIGTERM)

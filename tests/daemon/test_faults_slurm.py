@@ -225,9 +225,10 @@ def test_slurmctld_killed_then_restarted(clean_lab, tmp_path):
 
 def _slurmctld_killed_then_restarted(lab, tmp_path):
     busy_cluster(lab)
-    for user, gpus in (("alice", 4), ("bob", 8), ("alice", 2)):
+    for user, gpus in (("bob", 8), ("alice", 4), ("alice", 2)):
         lab.submit(user, gpus, script="sleep 120")
-    eng = runner_for(lab, tmp_path, interval=0.2, backoff_max=1.0, command_timeout=3)
+    # attach mode: the whole-node hold becomes a reservation, which the restart must keep
+    eng = runner_for(lab, tmp_path, interval=0.2, backoff_max=1.0, command_timeout=3, hold_mode="attach")
     t_cycle = time.time() - 1
     r = eng.run_cycle()
     assert r.ok, r.error

@@ -305,7 +305,7 @@ def test_decisions_cycles_actions_and_one_jobs_history(tmp_path):
     e.journal.close()
     doc = ins.decisions(c)
     assert [x["cycle_id"] for x in doc["cycles"]] == [r2.cycle_id, r1.cycle_id]
-    assert {a["kind"] for a in doc["actions"]} >= {"priority", "reservation_create"}
+    assert {a["kind"] for a in doc["actions"]} >= {"priority", "pin"}  # a 4-GPU hold: pinned, no whole-node reservation
     assert all(a["ok"] and not a["dry_run"] for a in doc["actions"])
     one = ins.decisions(c, job="11")
     assert one["plans"] and one["plans"][0]["rank"] == 1 and all(a["job"] == "11" for a in one["actions"])

@@ -1,0 +1,109 @@
+"""Stable plans: a pin or hold moves only for a reason that beats a margin.
+
+A policy re-decides from scratch every cycle, and between two cycles little changes: a few
+seconds of waiting, a job's expected end. Ties between equally good GPU sets then break
+differently and the plan flip-flops: a job pinned to node2, then node3, then node2 again, a
+hold reservation deleted and created again every few seconds. Each move costs Slurm
+commands, and a pin that moves just before Slurm starts the job sends it somewhere the plan
+no longer meant. So the daemon keeps last cycle's placement when it is still as good:
+
+- a **start** keeps last cycle's GPUs for the job (started or held there) when they are all
+  free now, not taken by another start of this plan, and the job may use them (CPUs,
+  memory, type, features: ``agents.fit``);
+- a **hold** keeps last cycle's GPUs when they are not needed by this plan's starts or other
+  holds and are expected back no more than ``margin`` seconds after the new choice.
+
+The plan's order and its choice of *which* jobs start are never changed, only where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from attentived.agents.fit import Fit
+from attentived.agents.plan import Hold, Plan, Start
+from attentived.agents.state import ClusterState, PendingJob
+
+
+def previous_placements(plan: Plan) -> dict[str, tuple[int, ...]]:
+    """Job -> GPUs, from a plan's starts and holds: what the next cycle compares with."""
+    out = {h.job_id: tuple(h.gpus) for h in plan.holds}
+    out.update({s.job_id: tuple(s.gpus) for s in plan.starts})
+    return out
+
+
+def stabilize(plan: Plan, state: ClusterState, previous: Mapping[str, tuple[int, ...]], margin: float) -> Plan:
+    """``plan`` with each start and hold moved back to last cycle's GPUs where those are
+    still as good (see the module docstring)."""
+    if not previous:
+        return plan
+    jobs = {j.job_id: j for j in (state.pending[i] for i in range(len(state.pending)))
+            if j.job_id in previous}
+    starts = list(plan.starts)
+    taken = {g for s in starts for g in s.gpus}
+    fit = Fit.of(state)
+    free = state.free.copy()
+    for s in starts:
+        free[list(s.gpus)] = False
+    for i, s in enumerate(starts):
+        old = previous.get(s.job_id)
+        job = jobs.get(s.job_id)
+        if old is None or job is None or tuple(sorted(old)) == tuple(sorted(s.gpus)) or len(old) != len(s.gpus):
+            continue
+        if any(g in taken and g not in s.gpus for g in old):
+            continue
+        trial = free.copy()
+        trial[list(s.gpus)] = True
+        if not bool(fit.usable(job, trial)[list(old)].all()) or not _shaped_like(state, job.num_nodes, old):
+            continue
+        taken.difference_update(s.gpus)
+        taken.update(old)
+        free[list(s.gpus)] = True
+        free[list(old)] = False
+        starts[i] = Start(s.job_id, tuple(old))
+    holds = []
+    held: set[int] = set()
+    for h in plan.holds:
+        old = previous.get(h.job_id)
+        if (old is not None and len(old) == len(h.gpus) and tuple(sorted(old)) != tuple(sorted(h.gpus))
+                and not (set(old) & (taken | held)) and h.job_id in jobs
+                and _shaped_like(state, jobs[h.job_id].num_nodes, old) and _allowed(state, jobs[h.job_id], old)):
+            back = _expected_back(state, old)
+            if back is not None and back <= h.expected_start + margin:
+                h = Hold(h.job_id, tuple(old), max(back, state.now))
+        held.update(h.gpus)
+        holds.append(h)
+    return replace(plan, starts=tuple(starts), holds=tuple(holds))
+
+
+def _shaped_like(state: ClusterState, num_nodes: int | None, gpus: tuple[int, ...]) -> bool:
+    """A fixed-shape job (``num_nodes``) keeps only a GPU set spread the same way."""
+    if num_nodes is None:
+        return True
+    counts = np.bincount(state.topology.gpu_node[list(gpus)])
+    counts = counts[counts > 0]
+    return len(counts) == num_nodes and len(set(counts.tolist())) == 1
+
+
+def _allowed(state: ClusterState, job: PendingJob, gpus: tuple[int, ...]) -> bool:
+    """The job's node list and exclusions (incl. nodes it stalled on) allow ``gpus``."""
+    topo = state.topology
+    names = {topo.nodes[int(topo.gpu_node[g])].name for g in gpus}
+    return not (names & set(job.exclude)) and (not job.nodelist or names <= set(job.nodelist))
+
+
+def _expected_back(state: ClusterState, gpus: tuple[int, ...]) -> float | None:
+    """When all of ``gpus`` are expected free (running jobs' time limits); ``None`` when one
+    is neither free nor held by a running job (a node went down)."""
+    want = set(gpus)
+    back = state.now
+    busy = {g for g in want if not state.free[g]}
+    for run in state.running:
+        hit = busy.intersection(run.gpus)
+        if hit:
+            back = max(back, run.expected_end(state.now))
+            busy -= hit
+    return None if busy else back

@@ -1,0 +1,144 @@
+"""What slurmctld checks besides GPUs, from real JSON to the decision state, and the daemon's
+pieces that keep plans safe: stable placements, the hold chain, stalls, idle GPUs with a queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from attentived.agents.plan import Hold, Plan, Start
+from attentived.agents.state import ClusterState, PendingJob, RunningJob
+from attentived.daemon.chain import chain_holds
+from attentived.daemon.idle import IdleWatch
+from attentived.daemon.journal import Journal
+from attentived.daemon.placements import PlacementTracker
+from attentived.daemon.prom import Metrics
+from attentived.daemon.records import SlurmJob, SlurmNode, SlurmVersion, Snapshot
+from attentived.daemon.slurm_json import parse_squeue
+from attentived.daemon.snapshot import build_state
+from attentived.daemon.stability import stabilize
+from attentived.topology import uniform
+
+from .test_apply import NOW, TOPO
+
+FIX = Path(__file__).parent / "fixtures" / "slurm-22.05"
+
+
+def test_requests_are_parsed_from_real_22_05_json():
+    jobs = {j.job_id: j for j in parse_squeue((FIX / "squeue-requests.json").read_text()).jobs}
+    assert jobs["2"].cpus == 7 and jobs["2"].required_nodes == ("node1",)
+    assert jobs["5"].exclusive and not jobs["4"].exclusive
+    assert jobs["6"].gpu_type == "h100" and jobs["4"].gpu_type == ""
+    assert jobs["7"].mem_per_node == 20480 and jobs["7"].gpus == 3
+    assert jobs["8"].excluded_nodes == ("node3",) and jobs["8"].features == "sw1"
+    assert jobs["9"].array and jobs["9"].pending and jobs["9"].eligible and jobs["9"].gpus == 1
+    assert jobs["10"].mem_per_cpu == 1000 and jobs["10"].num_nodes == 2
+    assert jobs["12"].cpus == 4  # --cpus-per-gpu=2 x 2 GPUs, more than the 2 `cpus` squeue shows
+    assert all(j.last_evaluated for j in jobs.values() if j.pending)
+
+
+def test_snapshot_fills_node_capacity_and_job_requests():
+    nodes = (SlurmNode("node1", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8, alloc_cpus=7,
+                       real_memory=64000, alloc_memory=1000, features=("sw1",)),
+             *(SlurmNode(f"node{i}", "IDLE", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
+                         real_memory=64000) for i in range(2, 5)))
+    jobs = (SlurmJob("1", user="alice", partition="main", gpus=1, gpus_per_node=1, per_node_fixed=True, cpus=6,
+                     excluded_nodes=("node3",), features="sw1&rack1", submit_time=NOW, priority=1, reason="Priority"),
+            SlurmJob("2", user="bob", partition="main", gpus=2, cpus=1, array=True, submit_time=NOW, priority=1,
+                     reason="Priority"),
+            SlurmJob("3", user="carol", partition="main", gpus=1, features="a|b", submit_time=NOW, priority=1,
+                     reason="Priority"))
+    built = build_state(Snapshot(SlurmVersion(22, 5, 8), NOW, jobs, nodes), TOPO, ["main"], avoid={"1": ("node2",)})
+    cap = built.state.nodes
+    assert cap is not None and cap.cpus.tolist() == [1, 8, 8, 8] and cap.mem[0] == 63000
+    assert cap.idle.tolist() == [False, True, True, True] and cap.gpu_type[0] == "h100"
+    p = {j.job_id: j for j in built.state.pending}
+    assert p["1"].cpus == 6 and p["1"].exclude == ("node3", "node2") and p["1"].features == ("sw1", "rack1")
+    assert built.constrained == {"2", "3"}  # an array; a feature expression the plan cannot check
+
+
+def _state(free_nodes, running=(), pending=()):
+    topo = uniform(4, 8, nodes_per_switch=2)
+    free = np.zeros(topo.num_gpus, dtype=bool)
+    for n in free_nodes:
+        free[n * 8:(n + 1) * 8] = True
+    for r in running:
+        free[list(r.gpus)] = False
+    return ClusterState(now=NOW, topology=topo, free=free, pending=tuple(pending), running=tuple(running))
+
+
+def test_stable_plans_keep_last_cycles_placements():
+    pending = [PendingJob("a", "alice", 2, NOW - 10), PendingJob("h", "bob", 8, NOW - 20)]
+    running = [RunningJob("r1", "root", tuple(range(16, 24)), NOW - 100, NOW - 50, time_limit=100),
+               RunningJob("r2", "root", tuple(range(24, 32)), NOW - 100, NOW - 50, time_limit=101)]
+    state = _state([0, 1], running, pending)
+    plan = Plan(order=("a", "h"), starts=(Start("a", (8, 9)),), holds=(Hold("h", tuple(range(24, 32)), NOW + 51),))
+    previous = {"a": (0, 1), "h": tuple(range(16, 24))}
+    kept = stabilize(plan, state, previous, margin=60)
+    assert kept.starts[0].gpus == (0, 1)  # still free: not moved
+    assert kept.holds[0].gpus == tuple(range(16, 24))  # back 1 s earlier, within the margin
+    assert stabilize(plan, state, previous, margin=0).holds[0].gpus == tuple(range(16, 24))  # earlier anyway
+    later = {"h": tuple(range(24, 32))}
+    moved = Plan(order=plan.order, holds=(Hold("h", tuple(range(16, 24)), NOW + 50),))
+    assert stabilize(moved, state, later, margin=0).holds[0].gpus == tuple(range(16, 24))  # 1 s later: beaten
+    assert stabilize(moved, state, later, margin=5).holds[0].gpus == tuple(range(24, 32))
+    busy = {"a": (16, 17)}  # last cycle's GPUs are taken now: the new start stands
+    assert stabilize(plan, state, busy, margin=60).starts[0].gpus == (8, 9)
+
+
+def test_the_hold_chain_holds_the_next_jobs_where_they_would_start():
+    running = [RunningJob(f"r{i}", "root", tuple(range(8 * i, 8 * i + 8)), NOW - 100, NOW - 50, time_limit=100 + 10 * i)
+               for i in range(4)]
+    pending = [PendingJob(j, "alice", g, NOW - k) for k, (j, g) in enumerate((("a", 8), ("b", 4), ("c", 4), ("d", 8)))]
+    state = _state([], running, pending)
+    plan = Plan(order=("a", "b", "c", "d"), holds=(Hold("a", tuple(range(8)), NOW + 50),))
+    chained = chain_holds(plan, state, depth=2)
+    assert [h.job_id for h in chained.holds] == ["a", "b", "c"]
+    gpus = [set(h.gpus) for h in chained.holds]
+    assert not (gpus[0] & gpus[1]) and not (gpus[1] & gpus[2])
+    assert [h.expected_start for h in chained.holds] == sorted(h.expected_start for h in chained.holds)
+    assert chain_holds(plan, state, depth=0) is plan
+
+
+def test_idle_watch_measures_how_long_jobs_fit_without_starting():
+    pending = [PendingJob("a", "alice", 2, NOW - 10)]
+    watch = IdleWatch()
+    state = _state([0], (), pending)
+    assert watch.note(state) == (1, 0.0)
+    later = ClusterState(now=NOW + 30, topology=state.topology, free=state.free, pending=state.pending)
+    assert watch.note(later) == (1, 30.0)
+    full = ClusterState(now=NOW + 40, topology=state.topology, free=np.zeros_like(state.free), pending=state.pending)
+    assert watch.note(full) == (0, 0.0)
+
+
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, event, **kw):
+        self.lines.append((event, kw))
+
+    info = warning
+
+
+def test_a_planned_start_slurm_evaluated_and_refused_is_a_stall(tmp_path):
+    journal = Journal.in_state_dir(tmp_path)
+    log = _Log()
+    tracker = PlacementTracker(journal, Metrics(), log)
+    nodes = tuple(SlurmNode(f"node{i}", "IDLE", gpus=8, partitions=("main",)) for i in range(1, 5))
+
+    def snap(t, reason, evaluated):
+        job = SlurmJob("7", user="alice", partition="main", gpus=1, required_nodes=("node2",), reason=reason,
+                       submit_time=NOW, priority=2_000_000, last_evaluated=evaluated)
+        return Snapshot(SlurmVersion(22, 5, 8), t, (job,), nodes)
+
+    first = snap(NOW, "Priority", NOW - 5)
+    tracker.record_planned("c1", {"7": (8,)}, build_state(first, TOPO, ["main"]))
+    assert tracker.find_stalls(snap(NOW + 2, "Priority", NOW + 1), 300, 3600) == []  # behind a higher job
+    assert tracker.find_stalls(snap(NOW + 2, "Resources", NOW - 1), 300, 3600) == []  # not evaluated since
+    (stall,) = tracker.find_stalls(snap(NOW + 4, "Resources", NOW + 3), 300, 3600)
+    assert stall.nodes == ("node2",) and tracker.avoid() == {"7": ("node2",)}
+    assert log.lines[-1][0] == "placement.stalled"
+    assert tracker.find_stalls(snap(NOW + 400, "Priority", NOW + 399), 300, 3600) == [] and tracker.avoid() == {}
+    journal.close()

@@ -1,0 +1,291 @@
+"""Safe on a production Slurm (issue 13), each scenario live on the lab (marker ``slurm``).
+
+What a site would not accept, reproduced with sbatch and scontrol and checked from Slurm
+itself: plans that pin jobs where slurmctld will refuse them (CPUs, --exclusive, GPU type)
+while other nodes idle; reservations and jobs the daemon does not own being changed; held
+jobs starting wherever GPUs free first; arrays left at priority 1; a first cycle that races
+Slurm; pins left behind after SIGTERM; plans that flip-flop; planned starts that never
+happen going unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attentived.agents.plan import Plan
+from attentived.agents.registry import make_policy
+from attentived.daemon.cycle import CycleRunner
+from attentived.daemon.journal import Journal
+from attentived.topology import hostlist
+
+from .test_daemon_slurm import config_for, jobs_now, runner_for, wait_until
+
+pytestmark = pytest.mark.slurm
+ROOT = Path(__file__).parents[2]
+
+
+def submit(lab, user, *args, name="job", script="sleep 600"):
+    argv = ["sbatch", "--parsable", "--job-name", name, "--chdir", str(lab.jobs_dir), "--output",
+            str(lab.jobs_dir / "%j.out"), "--time", "30", *args, "--wrap", script]
+    env = lab.env() if user is None else lab.user_env()
+    proc = subprocess.run(lab.command(argv, user), env=env, capture_output=True, text=True, timeout=30, check=True)
+    return proc.stdout.strip().split(";")[0]
+
+
+def pins(lab):
+    return {k: v.get("ReqNodeList") for k, v in jobs_now(lab).items()
+            if v["JobState"] == "PENDING" and v.get("ReqNodeList") not in (None, "", "(null)")}
+
+
+def exclusions(lab):
+    return {k: sorted(hostlist.expand(v["ExcNodeList"])) for k, v in jobs_now(lab).items()
+            if v["JobState"] == "PENDING" and v.get("ExcNodeList") not in (None, "", "(null)")}
+
+
+def test_resources_slurm_checks_are_planned_for(clean_lab, tmp_path):
+    """Node1 has 7 free GPUs but 1 free CPU; nodes 2-4 are idle. Four -c 6 jobs, an
+    --exclusive job and a typed one: nothing may be pinned where it cannot start."""
+    lab = clean_lab
+    blocker = submit(lab, None, "-w", "node1", "--gres=gpu:1", "-c", "7", name="cpu-hog")
+    lab.wait_for_state(int(blocker), "RUNNING", timeout=20)
+    lab.run(["scontrol", "update", "PartitionName=main", "State=DOWN"])  # queue everything first
+    try:
+        c6 = [submit(lab, "alice", "--gres=gpu:1", "-c", "6", name=f"c6-{i}") for i in range(4)]
+        excl = submit(lab, "bob", "--exclusive", "--gres=gpu:2", name="excl")
+        typed = submit(lab, "carol", "--gres=gpu:h100:2", name="typed")
+    finally:
+        lab.run(["scontrol", "update", "PartitionName=main", "State=UP"])
+    eng = runner_for(lab, tmp_path, policy="fifo+consolidate+backfill")
+    for _ in range(3):
+        res = eng.run_cycle()
+        assert res.ok, (res.error, [(o.action.describe(), o.error) for o in res.outcomes if not o.ok])
+        for s in res.plan_doc["starts"]:
+            if s["job"] in c6 or s["job"] == excl:
+                assert "node1" not in s["nodes"], f"job {s['job']} planned on the CPU-starved node1"
+        time.sleep(1.5)
+    now = jobs_now(lab)
+    running = {j for j in [*c6, excl, typed] if now[j]["JobState"] == "RUNNING"}
+    # three idle nodes: three of the CPU-heavy or exclusive jobs, and the typed one on node1
+    assert len(running) == 4, {j: (now[j]["JobState"], now[j].get("Reason")) for j in [*c6, excl, typed]}
+    assert typed in running
+    for jid, d in now.items():
+        if d["JobState"] == "PENDING" and jid in pins(lab):
+            assert not d.get("Reason", "").startswith("ReqNodeNotAvail"), (jid, d.get("Reason"))
+    # 0 cycles with a queued job that could start now but is pinned elsewhere
+    assert eng.run_cycle().counts.get("fitting_now", 0) == 0
+
+
+def test_never_touches_what_it_does_not_own(clean_lab, tmp_path):
+    lab = clean_lab
+    for i in range(1, 5):
+        jid = submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", name=f"full{i}")
+        lab.wait_for_state(int(jid), "RUNNING", timeout=20)
+    lab.run(["scontrol", "create", "reservation", "ReservationName=attentived-maint", "StartTime=now", "Duration=60",
+             "Users=root", "Nodes=node1", "Flags=MAINT,IGNORE_JOBS"])
+    lab.run(["scontrol", "create", "reservation", "ReservationName=attentived-999", "StartTime=now", "Duration=60",
+             "Users=root", "Nodes=node2", "Flags=IGNORE_JOBS"])
+    lab.run(["scontrol", "create", "reservation", "ReservationName=attentived-team", "StartTime=now", "Duration=60",
+             "Users=alice", "Nodes=node4", "Flags=IGNORE_JOBS"])
+    other = submit(lab, "alice", "-p", "other", "--reservation=attentived-team", "--gres=gpu:1", name="team")
+    mine = [submit(lab, "bob", "--gres=gpu:8", name="big"), submit(lab, "carol", "--gres=gpu:2", name="small")]
+    before = {r: v for r, v in lab.reservations().items()}
+    eng = runner_for(lab, tmp_path, hold_mode="attach")  # the mode that makes reservations
+    for _ in range(3):
+        res = eng.run_cycle()
+        assert res.ok, res.error
+        for a in res.actions:
+            assert a.reservation not in ("attentived-maint", "attentived-999", "attentived-team"), a.describe()
+            assert a.job_id != other, a.describe()
+    after = lab.reservations()
+    for name in ("attentived-maint", "attentived-999", "attentived-team"):
+        assert name in after and after[name]["Nodes"] == before[name]["Nodes"], name
+    assert jobs_now(lab)[other].get("Reservation") == "attentived-team"
+    assert all(j in jobs_now(lab) for j in mine)
+    # a reservation the daemon made is its own, and hand-back deletes only that one
+    made = [r for r in lab.reservations() if r.startswith("attentived-") and r not in before]
+    assert made, "the 8-GPU job's hold made no reservation"
+    eng.hand_back()
+    left = lab.reservations()
+    assert not any(r in left for r in made) and all(r in left for r in before)
+
+
+def test_held_job_lands_on_its_held_nodes_and_partial_holds_reserve_nothing(clean_lab, tmp_path):
+    lab = clean_lab
+    short = submit(lab, None, "-w", "node1", "--gres=gpu:6", "--time", "5", name="short")
+    for i in (2, 3, 4):
+        submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", "60", name=f"long{i}")
+    lab.wait_for_state(int(short), "RUNNING", timeout=20)
+    held = submit(lab, "alice", "--gres=gpu:4", name="held")
+    eng = runner_for(lab, tmp_path)
+    res = eng.run_cycle()
+    assert res.ok and [h["job"] for h in res.plan_doc["holds"]] == [held], res.plan_doc["holds"]
+    hold = res.plan_doc["holds"][0]
+    assert hold["nodes"] == ["node1"] and hold["reservation"] is None
+    assert exclusions(lab).get(held) == ["node2", "node3", "node4"]  # kept to node1; still blocks lower jobs
+    assert not [r for r in lab.reservations() if r.startswith("attentived-")]  # node1's 2 idle GPUs stay usable
+    # GPUs free elsewhere first: the held job must not start there
+    long3 = next(j for j, d in jobs_now(lab).items() if d.get("JobName") == "long3" and d["JobState"] == "RUNNING")
+    lab.run(["scancel", long3])
+    time.sleep(2.5)
+    assert jobs_now(lab)[held]["JobState"] == "PENDING"
+    # its own nodes free up: Slurm starts it there, without waiting for a cycle
+    lab.run(["scancel", short])
+    lab.wait_for_state(int(held), "RUNNING", timeout=15)
+    assert jobs_now(lab)[held]["NodeList"] == "node1"
+
+
+def test_job_arrays_are_ordered(clean_lab, tmp_path):
+    lab = clean_lab
+    for i in range(1, 5):
+        submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", name=f"full{i}")
+    arr = submit(lab, "alice", "--gres=gpu:2", "--array=0-3", name="arr")
+    later = submit(lab, "bob", "--gres=gpu:2", name="later")
+    eng = runner_for(lab, tmp_path)
+    res = eng.run_cycle()
+    assert res.ok, res.error
+    assert arr in res.plan_doc["priority_order"]
+    now = jobs_now(lab)
+    pa = int(next(d for k, d in now.items() if k.startswith(arr))["Priority"])
+    assert pa > int(now[later]["Priority"]) >= 1_000_000
+    assert not any(a.kind == "pin" and a.job_id == arr for a in res.actions)  # Slurm refuses node lists on arrays
+
+
+class _Slow:
+    """A policy whose first decision takes long while Slurm moves on (a job ends)."""
+
+    def __init__(self, lab, victim):
+        self.inner = make_policy("fifo+consolidate")
+        self.name = self.inner.name
+        self.needs_oracle = False
+        self.lab, self.victim, self.calls = lab, victim, 0
+
+    def decide(self, state) -> Plan:
+        self.calls += 1
+        if any(j.job_id != "warm-up" for j in state.pending) and not getattr(self, "fired", False):
+            self.fired = True
+            self.lab.run(["scancel", self.victim])
+            wait_until(lambda: self.lab.job_state(int(self.victim)) not in ("RUNNING", "COMPLETING"), what="victim gone")
+            time.sleep(0.6)
+        return self.inner.decide(state)
+
+
+def test_first_cycle_warms_up_and_a_stale_plan_is_made_again(clean_lab, tmp_path):
+    lab = clean_lab
+    victim = submit(lab, None, "-w", "node1", "--gres=gpu:8", name="victim")
+    full = [submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", name=f"full{i}") for i in (2, 3, 4)]
+    for j in (victim, *full):
+        lab.wait_for_state(int(j), "RUNNING", timeout=20)
+    waiting = [submit(lab, u, "--gres=gpu:2", name=f"w{u}") for u in ("alice", "bob", "carol")]
+    policy = _Slow(lab, victim)
+    eng = CycleRunner(config_for(lab, tmp_path), policy=policy)
+    res = eng.run_cycle()
+    assert res.ok and res.failed == 0, [(o.action.describe(), o.error) for o in res.outcomes if not o.ok]
+    assert res.counts.get("stale_replans") == 1 and policy.fired
+    # Slurm started them itself while the policy thought: the fresh plan sends nothing stale
+    for j in waiting:
+        lab.wait_for_state(int(j), "RUNNING", timeout=15)
+    assert not [a.describe() for a in res.actions if a.job_id in waiting]
+
+
+def test_planned_start_that_slurm_refuses_is_noticed_and_moved(clean_lab, tmp_path):
+    """An upcoming maintenance on node2 (not active yet, so the plan does not see it) makes
+    slurmctld refuse a 30-minute job there: the next cycle notices, keeps the job off
+    node2 and says so in status."""
+    lab = clean_lab
+    for i in (1, 3, 4):
+        submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", "10", name=f"full{i}")
+    submit(lab, None, "-w", "node2", "--gres=gpu:6", "--time", "10", name="most2")
+    lab.run(["scontrol", "create", "reservation", "ReservationName=maint", "StartTime=now+120", "Duration=10",
+             "Users=root", "Nodes=node2", "Flags=MAINT"])
+    job = submit(lab, "alice", "--gres=gpu:2", name="refused")
+    eng = runner_for(lab, tmp_path, interval=1.0)
+    first = eng.run_cycle()
+    assert [s["nodes"] for s in first.plan_doc["starts"] if s["job"] == job] == [["node2"]]
+    time.sleep(2.0)
+    second = eng.run_cycle()
+    assert any(st["job"] == job and st["nodes"] == ["node2"] for st in second.plan_doc["stalls"]), second.plan_doc
+    assert not any(s["job"] == job for s in second.plan_doc["starts"])
+    assert pins(lab).get(job) != "node2"
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert any(f"job {job}" in w for w in status["warnings"]), status["warnings"]
+
+
+def test_partial_pin_update_is_read_back(clean_lab, tmp_path):
+    """A job held between the snapshot and the pin: slurmctld may apply ReqNodeList and then
+    refuse the rest; the journal must say what Slurm kept."""
+    lab = clean_lab
+    submit(lab, None, "-w", "node1", "--gres=gpu:8", name="full1")
+    job = submit(lab, "alice", "--gres=gpu:1", name="racer")
+    eng = runner_for(lab, tmp_path)
+    real = eng.backend.update_jobs
+
+    def hold_first(updates):
+        lab.run(["scontrol", "hold", job])
+        return real(updates)
+
+    eng.backend.update_jobs = hold_first
+    res = eng.run_cycle()
+    eng.backend.update_jobs = real
+    slurm_pin = jobs_now(lab)[job].get("ReqNodeList")
+    journal = Journal.in_state_dir(tmp_path / "state")
+    try:
+        owned = journal.pins()
+    finally:
+        journal.close()
+    if slurm_pin in (None, "", "(null)"):
+        assert job not in owned
+    else:
+        assert owned.get(job) == tuple(hostlist.expand(slurm_pin)), (owned, slurm_pin, res.outcomes)
+    lab.run(["scontrol", "release", job])
+    eng.run_cycle()  # the pin is the daemon's: it plans the job there (or moves the pin), never keeps it as the user's
+    assert not any(f"job {job} keeps its own" in n for n in eng.last.plan_doc["notes"]), eng.last.plan_doc["notes"]
+
+
+def test_plans_are_stable_and_sigterm_leaves_no_pin(clean_lab, tmp_path):
+    lab = clean_lab
+    parts = [submit(lab, None, "-w", f"node{i}", "--gres=gpu:5", "--time", str(10 * i), name=f"part{i}") for i in range(1, 5)]
+    for j in parts:
+        lab.wait_for_state(int(j), "RUNNING", timeout=20)
+    lab.run(["scontrol", "update", "PartitionName=main", "State=DOWN"])
+    try:
+        for u, g in (("alice", 4), ("bob", 8), ("carol", 4), ("alice", 6)):
+            submit(lab, u, f"--gres=gpu:{g}", name=f"{u}{g}")
+    finally:
+        lab.run(["scontrol", "update", "PartitionName=main", "State=UP"])
+    conf = tmp_path / "cfg.toml"
+    conf.write_text(f'partitions = ["main"]\nslurm_conf = "{lab.slurm_conf}"\nstate_dir = "{tmp_path / "state"}"\n'
+                    'metrics_port = 0\ninterval = 1.0\nlog_level = "info"\nlog_format = "json"\npolicy = "attentive"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "attentived", "start", "--config", str(conf)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        time.sleep(14)
+        pinned = {**pins(lab), **exclusions(lab)}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    assert pinned, ("the daemon pinned nothing", err[-3000:])
+    assert proc.returncode == 0, err[-2000:]
+    assert pins(lab) == {} and exclusions(lab) == {}, "pins left after SIGTERM"
+    moves: dict[str, list[tuple[str, ...]]] = {}
+    cycles = 0
+    for line in err.splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if ev.get("event") == "cycle.plan":
+            cycles += 1
+        if ev.get("event") == "slurm.action" and ev.get("kind") in ("pin", "exclude", "reservation_create", "reservation_update"):
+            key = ev.get("job") or ev.get("reservation")
+            moves.setdefault(key, []).append(tuple(ev.get("nodes") or ()))
+    assert cycles >= 10, cycles
+    assert all(len(v) <= 1 for v in moves.values()), moves  # no hold or pin moved twice
