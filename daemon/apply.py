@@ -363,11 +363,11 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         want_resv = attach_wanted.get(job_id)
         if want_resv and job.reservation != want_resv:
             late.append(Action("attach", job_id, reservation=want_resv, reason="hold"))
+        if job_id in unexclude_late:  # first: a node list inside the old exclusion is refused
+            late.append(Action("unexclude", job_id, nodes=built.own_exclusions[job_id], reason="starts now"))
         wanted_pin = desired.pins.get(job_id)
         if wanted_pin is not None and tuple(job.required_nodes) != tuple(wanted_pin):
             late.append(Action("pin", job_id, nodes=wanted_pin, reason="planned start"))
-        if job_id in unexclude_late:
-            late.append(Action("unexclude", job_id, nodes=built.own_exclusions[job_id], reason="starts now"))
         wanted_exc = desired.exclusions.get(job_id)
         if wanted_exc is not None and tuple(job.excluded_nodes) != wanted_exc:
             late.append(Action("exclude", job_id, nodes=wanted_exc, reason="held nodes"))

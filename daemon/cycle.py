@@ -331,7 +331,8 @@ class CycleRunner:
             readback = self._read_back(res.outcomes)
             self.placements.settle_pins(res.outcomes, owned, snap, readback)
             self.reservations.settle(res.outcomes)
-            self.placements.record_planned(res.cycle_id, desired.starts, built,
+            self.placements.record_planned(res.cycle_id, {j: g for j, g in desired.starts.items() if j in desired.pins},
+                                           built,
                                            holds={h.job_id: tuple(h.gpus) for h in plan.holds if h.job_id in desired.exclusions})
             self._previous = previous_placements(plan)
         self.placements.note_managed(built)

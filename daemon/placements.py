@@ -8,8 +8,9 @@ Two kinds of memory outlive a cycle and must survive a restart, so both go to th
   re-pinned by its user drops out. Without this the daemon could not tell its own pins from
   the user's, and hand-back would remove the wrong ones.
 - **Starts**: each start the plan made is remembered; when the job is first seen running,
-  its GPUs are compared with the plan (``exact``, ``same_nodes``, ``other_nodes``, or
-  ``unplanned`` when Slurm started a managed job no plan started), for the journal's
+  its GPUs are compared with the plan (``exact``, ``same_nodes``, ``other_nodes``,
+  ``unplanned`` when Slurm started a managed job no plan started, or ``not_placed`` for a
+  job the daemon orders but does not place: its own node list, an array), for the journal's
   ``placements`` table and ``attentived_placements_total{match}``.
 - **Stalls**: a planned start that slurmctld evaluated after the pin and still refused (its
   reason is not merely "Priority" or "None") means the plan saw the nodes wrong (a CPU,
@@ -66,6 +67,7 @@ class PlacementTracker:
         self.log = log
         self._known_active: set[str] = set()
         self._last_managed: set[str] = set()
+        self._last_constrained: set[str] = set()
         self._planned: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._awaiting: dict[str, tuple[tuple[str, ...], float]] = {}  # planned start -> (nodes, first planned)
         self._stalls: dict[str, Stall] = {}
@@ -195,6 +197,7 @@ class PlacementTracker:
         """The pending jobs this cycle managed: one started before the next cycle without a
         plan is ``unplanned``."""
         self._last_managed = set(built.managed)
+        self._last_constrained = set(built.constrained)
 
     def track_starts(self, snap: Snapshot, built: Built, dry_run: bool) -> None:
         """Compare where jobs started with where the plan put them (journal + metric).
@@ -224,6 +227,8 @@ class PlacementTracker:
                 p_names, p_nodes = planned[jid]
                 match = "exact" if tuple(sorted(p_names)) == names else (
                     "same_nodes" if sorted(p_nodes) == sorted(nodes) else "other_nodes")
+            elif jid in self._last_constrained:
+                match = "not_placed"  # ordered only (own node list, an array): Slurm places it
             else:
                 match = "unplanned"
             self._planned.pop(jid, None)

@@ -3,6 +3,7 @@ pieces that keep plans safe: stable placements, the hold chain, stalls, idle GPU
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,14 @@ def test_requests_are_parsed_from_real_22_05_json():
     assert jobs["10"].mem_per_cpu == 1000 and jobs["10"].num_nodes == 2
     assert jobs["12"].cpus == 4  # --cpus-per-gpu=2 x 2 GPUs, more than the 2 `cpus` squeue shows
     assert all(j.last_evaluated for j in jobs.values() if j.pending)
+
+
+def test_a_single_pending_array_task_is_still_an_array():
+    raw = (FIX / "squeue-requests.json").read_text()
+    rec = next(j for j in json.loads(raw)["jobs"] if j["job_id"] == 9)
+    rec = {**rec, "array_task_string": "", "array_task_id": 3}  # the last task left in the record
+    (job,) = parse_squeue(json.dumps({"meta": {}, "jobs": [rec]})).jobs
+    assert job.array  # Slurm refuses ReqNodeList on it: ordered, never pinned
 
 
 def test_snapshot_fills_node_capacity_and_job_requests():
