@@ -151,3 +151,36 @@ def test_a_planned_start_slurm_evaluated_and_refused_is_a_stall(tmp_path):
     assert log.lines[-1][0] == "placement.stalled"
     assert tracker.find_stalls(snap(NOW + 400, "Priority", NOW + 399), 300, 3600) == [] and tracker.avoid() == {}
     journal.close()
+
+
+def test_state_dir_journal_and_status_are_private(tmp_path):
+    from attentived.daemon.status import write_status
+
+    state = tmp_path / "state"
+    journal = Journal.in_state_dir(state)
+    journal.close()
+    write_status(state, {"ok": True}, _Log())
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert (state / "journal.sqlite").stat().st_mode & 0o777 == 0o600
+    assert (state / "status.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_apscheduler_skip_flood_is_folded():
+    import io
+    import logging
+
+    from attentived.daemon import log as dlog
+    from attentived.daemon import service
+
+    out = io.StringIO()
+    dlog.configure(level="info", fmt="json", stream=out)
+    try:
+        handler = service._StdlibToStructlog()
+        skip = 'Execution of job "cycle" skipped: maximum number of running instances reached (1)'
+        for _ in range(30):
+            handler.emit(logging.LogRecord("apscheduler", logging.WARNING, __file__, 1, skip, (), None))
+        handler.emit(logging.LogRecord("apscheduler", logging.WARNING, __file__, 1, "other", (), None))
+    finally:
+        dlog.configure()  # stderr again, for the tests that follow
+    events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
+    assert events == [skip, "other"]  # the other 29 are folded until the minute is up
