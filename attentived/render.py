@@ -53,21 +53,24 @@ def summary_table(title: str, summaries: Mapping[str, Mapping[str, float]], cons
         ("p99 JCT", "p99_jct"),
         ("avg wait", "avg_wait"),
         ("p99 wait", "p99_wait"),
-        ("Jain", "jain_fairness"),
-        ("comm cost GPU-h", "comm_cost"),
-        ("multi-GPU slowdown", "multi_gpu_slowdown"),
+        ("Jain wait", "jain_fairness"),
+        ("worst user", "max_user_wait"),
+        ("Jain slow", "jain_slowdown"),
+        ("comm GPU-h", "comm_cost"),
+        ("multi-GPU", "multi_gpu_slowdown"),
         ("util", "utilization"),
         ("makespan", "makespan"),
     )
     for title, _ in cols:
-        table.add_column(title, justify="left" if title == "policy" else "right")
-    best = {k: min(s[k] for s in summaries.values()) for _, k in cols if k in ("avg_jct", "p99_jct", "avg_wait", "comm_cost")}
-    best_jain = max(s["jain_fairness"] for s in summaries.values())
+        table.add_column(title, justify="left" if title == "policy" else "right", no_wrap=title == "policy")
+    best = {k: min(s[k] for s in summaries.values()) for _, k in cols
+            if k in ("avg_jct", "p99_jct", "avg_wait", "comm_cost", "max_user_wait")}
+    best.update({k: max(s[k] for s in summaries.values()) for k in ("jain_fairness", "jain_slowdown")})
     for name, s in summaries.items():
         cells = [name]
         for _, k in cols[1:]:
             v = s[k]
-            if k in ("jain_fairness", "utilization"):
+            if k in ("jain_fairness", "jain_slowdown", "utilization"):
                 text = f"{v:.3f}"
             elif k == "multi_gpu_slowdown":
                 text = f"{v:.2f}x"
@@ -75,12 +78,15 @@ def summary_table(title: str, summaries: Mapping[str, Mapping[str, float]], cons
                 text = f"{v / 3600:.1f}"
             else:
                 text = _duration(v)
-            if (k in best and v == best[k]) or (k == "jain_fairness" and v == best_jain):
+            if k in best and v == best[k]:
                 text = f"[bold green]{text}[/]"
             cells.append(text)
         table.add_row(*cells)
     console.print(table)
-    console.print("[dim]bold green = best in column; JCT and wait in s/m/h/d; comm cost = extra GPU-hours from non-ideal placement[/]")
+    console.print("[dim]bold green = best in column; JCT and wait in s/m/h/d; worst user = the worst-off user's mean wait; "
+                  "Jain wait = Jain over users' mean waits (rewards everyone waiting equally long), Jain slow = over users' "
+                  "mean slowdown (wait + run) / max(run, 10 s); comm = extra GPU-hours from non-ideal placement; "
+                  "multi-GPU = their mean slowdown from placement[/]")
 
 
 def stderr_progress(width: int = 24) -> Progress:

@@ -26,6 +26,8 @@ ROWS: tuple[tuple[str, str, str, bool | None], ...] = (
     ("p99 JCT", "p99_jct", "s", True),
     ("avg wait", "avg_wait", "s", True),
     ("Jain fairness (users' waits)", "jain_fairness", "f3", False),
+    ("worst user's mean wait", "max_user_wait", "s", True),
+    ("Jain fairness (users' slowdown)", "jain_slowdown", "f3", False),
     ("comm. slowdown (multi-GPU)", "placement_slowdown", "x", True),
     ("makespan", "makespan", "s", True),
     ("GPU utilization", "utilization", "pct", False),

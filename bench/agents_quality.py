@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 RESULTS = Path(__file__).parent / "results" / "agents_quality.json"
-KEYS = ("avg_jct", "avg_wait", "p99_jct", "jain_fairness", "comm_cost", "lower_bound_ratio", "utilization")
+KEYS = ("avg_jct", "avg_wait", "p99_jct", "jain_fairness", "max_user_wait", "jain_slowdown", "comm_cost",
+        "lower_bound_ratio", "utilization")
 DAY = 86_400.0
 
 

@@ -76,6 +76,8 @@ COMPARED = (
     ("avg_wait", "avg wait", "s", "lower"),
     ("p99_wait", "p99 wait", "s", "lower"),
     ("jain_fairness", "wait fairness (Jain)", "", "higher"),
+    ("max_user_wait", "worst user's mean wait", "s", "lower"),
+    ("jain_slowdown", "slowdown fairness (Jain)", "", "higher"),
     ("wait_ratio", "max/min user wait", "x", "lower"),
     ("comm_cost", "comm cost", "GPU-s", "lower"),
     ("multi_gpu_slowdown", "multi-GPU slowdown", "x", "lower"),

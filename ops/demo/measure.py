@@ -127,7 +127,8 @@ def summary_of(records: Sequence[JobRecord], topo: Topology) -> dict[str, Any]:
 
 
 #: The figures the side-by-side table shows, in order.
-TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "placement_slowdown", "multi_gpu_slowdown",
+TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "max_user_wait", "jain_slowdown", "placement_slowdown",
+              "multi_gpu_slowdown",
               "makespan", "utilization")
 
 

@@ -43,6 +43,10 @@ def test_metrics_on_the_hand_computed_schedule():
     assert m["utilization"] == pytest.approx(160 / 160)
     # users' mean waits: alice (0 + 148) / 2 = 74, bob 99
     assert m["jain_fairness"] == pytest.approx(173**2 / (2 * (74**2 + 99**2)))
+    assert m["max_user_wait"] == pytest.approx(99)
+    # slowdown (wait + run) / max(run, 10): A 100/100 = 1, B 99+50 / 50 = 2.98, C 148+10 / 10 = 15.8
+    alice, bob = (1 + 15.8) / 2, 149 / 50
+    assert m["jain_slowdown"] == pytest.approx((alice + bob) ** 2 / (2 * (alice**2 + bob**2)))
     assert m["comm_cost"] == pytest.approx(0.0)
     assert m["lower_bound_ratio"] == pytest.approx(((100 + 149 + 158) / 3) / (160 / 3))
     s = summarize(run(three_jobs(), "sjf").records, num_gpus=1)
