@@ -1,0 +1,109 @@
+"""Training throughput: environment transitions per second of the real PPO loop (issue 14).
+
+Runs `attentived.training.ppo.train` with the shipped defaults (8 environments x 128 steps
+per update, one torch thread) on each curriculum stage in turn (its cluster sizes and
+queues), for ``--updates`` updates plus a warm-up one, and reads the wall clock the loop
+itself records per update in ``metrics.csv``: transitions/s = transitions of updates
+2..N / their wall time. Update 1 (building the environments, torch's first calls) and the
+final validation are left out, so the number is what a long run sustains. The headline
+``transitions_per_s`` is the whole curriculum's rate: total transitions over total time,
+each stage weighted by its share of training. Nothing is kept: run directories are
+temporary.
+
+    .venv/bin/python bench/train_speed.py [--agent attentive] [--updates 4] [--json]
+
+Prints a table and writes bench/results/train_speed.json; with ``--json`` the last stdout
+line is that JSON object (``transitions_per_s`` is the figure issue 14 targets: >= 2,000 on
+this 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results" / "train_speed.json"
+
+
+def measure(agent: str, updates: int, seed: int, stage: int) -> dict:
+    from attentived.training.config import PPOConfig
+    from attentived.training.kinds import kind_defaults
+    from attentived.training.ppo import train
+
+    with tempfile.TemporaryDirectory(prefix="attentived-train-speed-") as tmp:
+        cfg = replace(PPOConfig(), **kind_defaults(agent))
+        cfg = replace(cfg, curriculum=(replace(cfg.curriculum[stage], start=0.0),))
+        batch = cfg.num_envs * cfg.num_steps
+        # total_steps sets the number of updates; validation only after the last one (its
+        # row is written before it), checkpoints never in between.
+        cfg = replace(cfg, out_dir=tmp, seed=seed, total_steps=batch * (updates + 1), val_every=10**9,
+                      checkpoint_every=10**9, val_episodes=1, val_jobs=50)
+        t0 = time.perf_counter()
+        train(cfg, progress=False)
+        total = time.perf_counter() - t0
+        with open(Path(tmp) / "metrics.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+    first, last = rows[0], rows[-1]
+    steps = int(last["global_step"]) - int(first["global_step"])
+    wall = float(last["wall_s"]) - float(first["wall_s"])
+    return {
+        "agent": agent,
+        "stage": stage,
+        "nodes": list(cfg.curriculum[0].nodes),
+        "num_envs": cfg.num_envs,
+        "steps_per_update": batch,
+        "updates_timed": len(rows) - 1,
+        "transitions": steps,
+        "wall_s": round(wall, 2),
+        "transitions_per_s": round(steps / wall, 1) if wall > 0 else None,
+        "first_update_s": float(first["wall_s"]),
+        "run_s": round(total, 1),
+        "torch_threads": cfg.torch_threads,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agent", default="attentive", help="attentive, deeprm or proximity-drl")
+    ap.add_argument("--updates", type=int, default=4, help="timed updates (after one warm-up update)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
+    ap.add_argument("--out", default=str(RESULTS))
+    a = ap.parse_args(argv)
+    if a.updates < 1:
+        ap.error("--updates must be at least 1")
+    from attentived.training.config import PPOConfig
+
+    curriculum = PPOConfig().curriculum
+    shares = [b.start - s.start for s, b in zip(curriculum, curriculum[1:])] + [1.0 - curriculum[-1].start]
+    stages = [measure(a.agent, a.updates, a.seed, k) for k in range(len(curriculum))]
+    # time to train one transition of the whole curriculum = sum of share / rate per stage
+    rate = 1.0 / sum(share / st["transitions_per_s"] for share, st in zip(shares, stages))
+    doc = {"benchmark": "train_speed", "command": "python bench/train_speed.py " + " ".join(argv or sys.argv[1:]),
+           "machine": {"python": platform.python_version(), "cpu": platform.machine()},
+           "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "agent": a.agent,
+           "transitions_per_s": round(rate, 1), "stages": stages, "stage_shares": shares}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{'agent':<14}{'stage':>6}{'nodes':>12}{'timed updates':>15}{'transitions':>13}{'wall s':>9}{'transitions/s':>15}")
+    for st in stages:
+        print(f"{st['agent']:<14}{st['stage']:>6}{','.join(map(str, st['nodes'])):>12}{st['updates_timed']:>15}"
+              f"{st['transitions']:>13}{st['wall_s']:>9.1f}{st['transitions_per_s'] or 0:>15.1f}")
+    print(f"whole curriculum: {rate:.1f} transitions/s; target (issue 14) >= 2,000: {'met' if rate >= 2000 else 'not met'}")
+    if a.json:
+        print(json.dumps(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
