@@ -96,9 +96,26 @@ class PPOConfig:
     def num_updates(self) -> int:
         return max(1, self.total_steps // self.batch_size)
 
-    def stage(self, global_step: int) -> Stage:
-        frac = global_step / max(self.total_steps, 1)
+    def stage(self, global_step: int, horizon: int | None = None) -> Stage:
+        """The curriculum stage at ``global_step`` of a run planned for ``horizon`` steps
+        (default ``total_steps``; a resumed run keeps the horizon it started with)."""
+        frac = global_step / max(horizon or self.total_steps, 1)
         return [s for s in self.curriculum if s.start <= frac][-1]
+
+    def lr_factor(self, update: int, horizon: int | None = None) -> float:
+        """The learning rate's share at ``update`` (linear decay over the horizon's updates,
+        held at its last value beyond it)."""
+        if not self.anneal_lr:
+            return 1.0
+        updates = max(1, (horizon or self.total_steps) // self.batch_size)
+        return 1.0 - (min(update, updates) - 1) / updates
+
+    def bc_weight(self, global_step: int, horizon: int | None = None) -> float:
+        """The behaviour-cloning coefficient at ``global_step``: from ``bc_coef`` down to
+        ``bc_floor`` over ``bc_until`` of the horizon, then the floor."""
+        steps = self.bc_until * (horizon or self.total_steps)
+        anneal = max(0.0, 1.0 - global_step / steps) if steps > 0 else 0.0
+        return self.bc_floor + (self.bc_coef - self.bc_floor) * anneal
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))

@@ -58,6 +58,7 @@ import torch
 from torch import nn
 
 from attentived.agents.checkpoint import (
+    CheckpointError,
     LoadedModel,
     load_training,
     save_model,
@@ -144,8 +145,11 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     net = kind.make_net(cfg).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, eps=1e-5)
     start_update, global_step, best, history, wall_before = 1, 0, -math.inf, [], 0.0
+    horizon = cfg.total_steps  # what the schedules (learning rate, teacher, curriculum) span
     checkpoint = out / "checkpoint.pt"
-    if resume and checkpoint.exists():
+    if resume and not checkpoint.exists():
+        raise CheckpointError(f"{checkpoint}: no checkpoint to resume from (run without --resume to start afresh)")
+    if resume:
         model, opt_state, prog = load_training(checkpoint)
         if (model.agent, model.window, model.max_candidates) != (cfg.agent, cfg.window, cfg.max_candidates):
             raise ValueError(f"{checkpoint}: agent/window/candidates differ from the config; cannot resume")
@@ -154,8 +158,13 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
         start_update, global_step = prog["update"] + 1, prog["global_step"]
         best, history, wall_before = prog["best"], list(prog["history"]), prog["wall_s"]
         torch.set_rng_state(prog["torch_rng"])
+        # The schedules keep the horizon the run started with: extending a run (a larger
+        # total_steps) continues them, at their final values beyond it, rather than
+        # stretching them (which would raise the learning rate and the teacher's weight
+        # again mid-run).
+        horizon = int(prog.get("horizon", model.meta.get("config", {}).get("total_steps", cfg.total_steps)))
 
-    stage = cfg.stage(global_step)
+    stage = cfg.stage(global_step, horizon)
     envs = [kind.make_env(cfg, _samplers(cfg, stage, philly, tiresias)) for _ in range(cfg.num_envs)]
     reset_seed = cfg.seed * 1000 + (start_update - 1) * cfg.num_envs  # fresh and reproducible after a resume
     next_obs = _stack([env.reset(seed=reset_seed + i)[0] for i, env in enumerate(envs)])
@@ -180,9 +189,8 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     update = start_update - 1
     try:
         for update in range(start_update, cfg.num_updates + 1):
-            if cfg.anneal_lr:
-                optimizer.param_groups[0]["lr"] = cfg.learning_rate * (1.0 - (update - 1) / cfg.num_updates)
-            new_stage = cfg.stage(global_step)
+            optimizer.param_groups[0]["lr"] = cfg.learning_rate * cfg.lr_factor(update, horizon)
+            new_stage = cfg.stage(global_step, horizon)
             if new_stage != stage:  # takes effect as each environment starts its next episode
                 stage = new_stage
                 for env in envs:
@@ -240,8 +248,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             b_returns = torch.as_tensor(returns.reshape(-1), device=device)
             b_values = torch.as_tensor(values.reshape(-1), device=device)
             b_teacher = torch.as_tensor(teacher.reshape(-1), device=device)
-            anneal = max(0.0, 1.0 - global_step / (cfg.bc_until * cfg.total_steps)) if cfg.bc_until > 0 else 0.0
-            bc_coef = cfg.bc_floor + (cfg.bc_coef - cfg.bc_floor) * anneal
+            bc_coef = cfg.bc_weight(global_step, horizon)
             net.train()
             clipfracs, approx_kl = [], torch.zeros(())
             for _epoch in range(cfg.update_epochs):
@@ -318,7 +325,8 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             out_of_time = cfg.time_budget_s is not None and wall >= cfg.time_budget_s
             if update % cfg.checkpoint_every == 0 or update == cfg.num_updates or out_of_time:
                 save_training(checkpoint, net, optimizer, window=cfg.window, max_candidates=cfg.max_candidates, meta=meta,
-                              progress={"update": update, "global_step": global_step, "best": best, "history": history,
+                              progress={"update": update, "global_step": global_step, "horizon": horizon, "best": best,
+                                        "history": history,
                                         "wall_s": wall, "torch_rng": torch.get_rng_state()})
             if out_of_time:
                 break

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attentived.agents.checkpoint import CheckpointError
 from attentived.agents.order import estimated_runtime
 from attentived.agents.registry import make_policy
 from attentived.simulator.engine import Simulation, prepare_jobs
@@ -111,6 +112,21 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1"]
     train(tiny_config(tmp_path), progress=False, resume=True)
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1", "2"]
+
+
+def test_resume_keeps_the_original_schedules_and_needs_a_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint to resume from"):
+        train(tiny_config(tmp_path / "none"), progress=False, resume=True)
+    cfg = tiny_config(tmp_path, time_budget_s=0.0, bc_until=1.0, bc_floor=0.0)  # 2 updates planned, stops after 1
+    train(cfg, progress=False)
+    longer = tiny_config(tmp_path, total_steps=4 * cfg.batch_size, bc_until=1.0, bc_floor=0.0)  # extended to 4
+    train(longer, progress=False, resume=True)
+    rows = _rows(Path(cfg.out_dir) / "metrics.csv")
+    lr = [float(r["lr"]) for r in rows]
+    # the 2-update schedule continues: lr x (1 - 1/2) at update 2, held beyond (not 1 - 1/4 = 0.75)
+    assert lr == pytest.approx([cfg.learning_rate, cfg.learning_rate / 2, cfg.learning_rate / 2, cfg.learning_rate / 2])
+    bc = [float(r["bc_coef"]) for r in rows]
+    assert bc[-1] == pytest.approx(0.0) and bc == sorted(bc, reverse=True)
 
 
 def test_evaluate_compares_the_model_with_baselines(tmp_path):
