@@ -425,3 +425,24 @@ def test_inspection_against_a_running_daemon_on_the_lab(clean_lab, tmp_path):
         daemon.wait(timeout=30)
     r = _cli("status", "-c", str(conf))
     assert r.returncode == 3 and "not running" in r.stdout
+
+
+def test_a_stalled_start_is_explained_and_in_status(tmp_path):
+    """A planned start Slurm evaluated and refused: the next cycle keeps the job off those
+    nodes, `status` warns and `explain` says why (in-memory Slurm; live: test_safety_slurm)."""
+    c = cfg(tmp_path)
+    fake = cluster([pending("1", "alice", 1)], run=[running("100", "root", "node1", range(6))])
+    e = CycleRunner(c, backend=fake, topology=TOPO)
+    first = e.run_cycle()
+    (start,) = first.plan_doc["starts"]
+    pinned = fake.jobs["1"]
+    assert pinned.required_nodes == tuple(start["nodes"])
+    fake.now = (fake.now or time.time()) + 5
+    fake.jobs["1"] = dataclasses.replace(pinned, reason="Resources", last_evaluated=fake.now)  # Slurm refused it
+    second = e.run_cycle()
+    assert [s["job"] for s in second.plan_doc["stalls"]] == ["1"]
+    assert not any(s["job"] == "1" and s["nodes"] == start["nodes"] for s in second.plan_doc["starts"])
+    assert any("job 1: planned start on" in w for w in e.status()["warnings"])
+    e.journal.close()
+    doc = explain(c, "1", ins.connect(c, backend=fake, topology=TOPO))
+    assert "did not happen (Slurm: Resources)" in doc["summary"] and doc["journal"]["stall"]["nodes"] == start["nodes"]
