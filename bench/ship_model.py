@@ -2,11 +2,12 @@
 
 Writes ``attentived/data/models/<agent>-default.pt`` (the run's ``best.pt``) and
 ``<agent>-default.json``: the file's SHA-256 and size, parameter count, the command that
-trained it, the selected update and its validation score, the validation history, wall
-time, machine, reward weights and the full `PPOConfig`. The ``.md`` model card next to it
-is written by hand from these figures.
+trained it and the code commit it was trained at (``--commit``, default HEAD; the command
+run at that commit reproduces the model), the selected update and its validation score,
+the validation history, wall time, machine, reward weights and the full `PPOConfig`. The
+``.md`` model card next to it is written by hand from these figures.
 
-    .venv/bin/python bench/ship_model.py RUN_DIR --command "attentived train --agent deeprm ..."
+    .venv/bin/python bench/ship_model.py RUN_DIR --command "attentived train --agent deeprm ..." [--commit SHA]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 from pathlib import Path
 
 MODELS = Path(__file__).resolve().parent.parent / "attentived" / "data" / "models"
@@ -26,7 +28,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path, help="an `attentived train` output folder (best.pt, summary.json)")
     ap.add_argument("--command", required=True, help="the exact command that trained it")
+    ap.add_argument("--commit", default=None, help="the commit it was trained at (default: HEAD, which must be clean)")
     args = ap.parse_args()
+    root = MODELS.parent.parent.parent
+    commit = args.commit
+    if commit is None:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        if dirty:
+            ap.error("the working tree has uncommitted changes: commit them, or name the training commit with --commit")
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
 
     import torch
 
@@ -48,6 +59,7 @@ def main() -> None:
         "parameters": sum(p.numel() for p in model.net.parameters()),
         "network": model.net.spec(),
         "command": args.command,
+        "commit": commit,
         "seed": cfg["seed"],
         "selected_update": meta.get("update"),
         "selected_global_step": meta.get("global_step"),
