@@ -45,6 +45,7 @@ __all__ = [
     "Stat",
     "Workload",
     "compare",
+    "pareto_front",
     "load_workloads",
     "parse_window",
     "policy_names",
@@ -323,12 +324,30 @@ class Comparison:
             "results": {
                 w: {p: {m: s.as_json() for m, s in ms.items()} for p, ms in ps.items()} for w, ps in self.stats().items()
             },
+            "pareto": {
+                w: pareto_front({p: tuple(ms[m].mean for m in PARETO_AXES) for p, ms in ps.items()})
+                for w, ps in self.stats().items()
+            },
             "runs": [
                 {"workload": r.workload, "policy": r.policy, "seed": r.seed, "decisions": r.decisions,
                  "wall_seconds": r.wall_seconds, **r.metrics}
                 for r in self.runs
             ],
         }
+
+
+#: The trade-off a fair and efficient scheduler is judged on: average completion time
+#: against the worst-off user's mean wait (both lower is better).
+PARETO_AXES = ("avg_jct", "max_user_wait")
+
+
+def pareto_front(points: dict[str, tuple[float, ...]]) -> list[str]:
+    """The policies no other policy dominates (at least as good on every axis, better on
+    one; lower is better), in the order given."""
+    def dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+    return [p for p, v in points.items() if not any(dominates(w, v) for q, w in points.items() if q != p)]
 
 
 def compare(
@@ -392,8 +411,8 @@ def compare(
 
 
 def write_outputs(cmp: Comparison, out: Path) -> list[Path]:
-    """compare.json, summary.csv, bars_<workload>.png and cdf_jct_<workload>.png into
-    ``out``, all or nothing (written beside it, then moved in)."""
+    """compare.json, summary.csv, bars_<workload>.png, cdf_jct_<workload>.png and
+    pareto_<workload>.png into ``out``, all or nothing (written beside it, then moved in)."""
 
     def fill(tmp: Path) -> None:
         (tmp / "compare.json").write_text(json.dumps(cmp.as_json(), indent=2) + "\n")
@@ -473,4 +492,22 @@ def _plots(cmp: Comparison, folder: Path) -> None:
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(folder / f"cdf_jct_{_slug(wl.label)}.png", dpi=100)
+        plt.close(fig)
+
+        per = stats[wl.label]
+        front = set(pareto_front({p: tuple(per[p][m].mean for m in PARETO_AXES) for p in names}))
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for k, p in enumerate(names):
+            x_, y_ = per[p]["avg_jct"].mean / 3600, per[p]["max_user_wait"].mean / 3600
+            ax.scatter([x_], [y_], color=f"C{k % 10}", marker="o" if p in front else "x", s=40)
+            ax.annotate(p, (x_, y_), fontsize=7, xytext=(3, 3), textcoords="offset points",
+                        fontweight="bold" if p in front else "normal")
+        pts = sorted((per[p]["avg_jct"].mean / 3600, per[p]["max_user_wait"].mean / 3600) for p in front)
+        ax.plot([a for a, _ in pts], [b for _, b in pts], color="0.5", linewidth=1, zorder=0)
+        ax.set_xlabel("avg JCT (h)")
+        ax.set_ylabel("worst-off user's mean wait (h)")
+        ax.set_title(f"Efficiency vs the worst-off user - {wl.label} (o, bold: Pareto front)", fontsize=9)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(folder / f"pareto_{_slug(wl.label)}.png", dpi=100)
         plt.close(fig)

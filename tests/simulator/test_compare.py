@@ -62,7 +62,7 @@ def test_json_shape(tiny):
     workloads, topo = tiny
     res = cmp.compare(workloads, topo, ["fifo", "genetic"], [0, 1], workers=1)
     doc = json.loads(json.dumps(res.as_json()))
-    assert set(doc) == {"cluster", "seeds", "policies", "workloads", "metrics", "results", "runs"}
+    assert set(doc) == {"cluster", "seeds", "policies", "workloads", "metrics", "results", "pareto", "runs"}
     assert doc["cluster"] == {"nodes": 2, "gpus": 16}
     assert doc["seeds"] == [0, 1] and doc["policies"] == ["fifo", "genetic"]
     (w,) = doc["workloads"]
@@ -114,10 +114,12 @@ def test_outputs_are_written_whole(tiny, tmp_path):
     res = cmp.compare(workloads, topo, ["fifo", "sjf"], [0, 1], workers=1)
     files = cmp.write_outputs(res, tmp_path / "out")
     names = sorted(f.name for f in files)
-    assert names == ["bars_tiresias-40.png", "cdf_jct_tiresias-40.png", "compare.json", "summary.csv"]
+    assert names == ["bars_tiresias-40.png", "cdf_jct_tiresias-40.png", "compare.json", "pareto_tiresias-40.png",
+                     "summary.csv"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == names  # no temporary folder left
     doc = json.loads((tmp_path / "out" / "compare.json").read_text())
     assert doc["policies"] == ["fifo", "sjf"]
+    assert doc["pareto"]["tiresias-40"] and set(doc["pareto"]["tiresias-40"]) <= {"fifo", "sjf"}
     rows = (tmp_path / "out" / "summary.csv").read_text().splitlines()
     assert rows[0] == "workload,policy,metric,mean,ci95,n" and len(rows) == 1 + 2 * len(cmp.METRICS)
     for f in files:
@@ -205,3 +207,10 @@ def test_all_drops_a_network_too_small_for_the_cluster_and_says_so():
     assert "proximity-drl" in cmp.policy_names(["all"], uniform(16, 8))
     with pytest.raises(cmp.CompareError, match="proximity-drl: its network reads at most 128"):
         cmp.policy_names(["fifo", "proximity-drl"], uniform(20, 8))
+
+
+def test_pareto_front_keeps_exactly_the_undominated():
+    points = {"a": (1.0, 9.0), "b": (2.0, 5.0), "c": (3.0, 5.0), "d": (4.0, 1.0), "e": (4.0, 2.0), "f": (2.0, 5.0)}
+    # c is dominated by b (same wait, slower), e by d; b and f tie and both stay
+    assert cmp.pareto_front(points) == ["a", "b", "d", "f"]
+    assert cmp.pareto_front({}) == []
