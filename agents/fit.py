@@ -94,12 +94,8 @@ class Fit:
     def restricted(self, jobs: Sequence[PendingJob]) -> list[int]:
         """Indices of ``jobs`` whose usable GPUs may be fewer than the free ones: one cheap
         pass over a queue, so callers run `usable` only where it can matter."""
-        if self.cpus is None:
-            return [i for i, j in enumerate(jobs) if j.exclusive or j.gpu_type or j.nodelist or j.exclude or j.features]
-        return [
-            i for i, j in enumerate(jobs)
-            if j.cpus or j.mem_per_node or j.mem_per_cpu or j.exclusive or j.gpu_type or j.nodelist or j.exclude or j.features
-        ]
+        sized = self.cpus is not None
+        return [i for i, j in enumerate(jobs) if j.placement_constrained or (sized and j.asks_resources)]
 
     # ---- the GPUs a job may use ----
 
@@ -108,8 +104,8 @@ class Fit:
         GPUs limits it, else a new mask in which every placement of the job (node shape
         included) passes Slurm's checks. A node keeps only as many GPUs as the job's CPU
         and memory share there allows, its fullest NVLink islands' first."""
-        sized = self.cpus is not None and bool(job.cpus or job.mem_per_node or job.mem_per_cpu)
-        if not (sized or job.exclusive or job.gpu_type or job.nodelist or job.exclude or job.features):
+        sized = self.cpus is not None and job.asks_resources
+        if not (sized or job.placement_constrained):
             return free
         topo = self.topology
         node_free = _node_counts(topo, free)

@@ -61,6 +61,11 @@ class PendingJob:
         """Whether anything besides GPU count limits where the job may go."""
         return bool(self.exclusive or self.gpu_type or self.nodelist or self.exclude or self.features)
 
+    @property
+    def asks_resources(self) -> bool:
+        """Whether it asks for CPUs or memory (which limit it only where nodes say what is left)."""
+        return bool(self.cpus or self.mem_per_node or self.mem_per_cpu)
+
     def waited(self, now: float) -> float:
         return max(0.0, now - self.submit_time)
 
