@@ -20,7 +20,7 @@ from .backend import Backend
 from .journal import Journal
 from .ownership import ReservationBook
 from .records import Snapshot
-from .snapshot import owns
+from .snapshot import own_reservations
 
 #: Jobs per ``scontrol hold`` / ``release`` when priorities are reset.
 CHUNK = 200
@@ -32,8 +32,7 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
     ``pins_only``: only the pins (``clear_pins_on_exit``: reservations expire by themselves,
     priorities stay for the next start)."""
     owned = journal.pins()
-    records = ReservationBook(journal).owned(snap)
-    own = {r.name: r for r in snap.reservations if owns(r, records.get(r.name))}
+    own = own_reservations(snap, ReservationBook(journal).owned(snap))
     actions, reset = hand_back_actions(snap, settings, partitions, owned, own, priorities=not pins_only,
                                        owned_exclusions=journal.exclusions())
     if pins_only:

@@ -12,6 +12,8 @@ a bounded cost.
 
 from __future__ import annotations
 
+import numpy as np
+
 from attentived.agents.fit import Fit
 from attentived.agents.placement import Consolidate
 from attentived.agents.state import ClusterState
@@ -26,9 +28,8 @@ def fitting_now(state: ClusterState, look: int = LOOK) -> list[str]:
         return []
     fit = Fit.of(state)
     placer = Consolidate()
-    order = sorted(range(len(state.pending)), key=lambda i: int(state.queue.seq[i]))[:look]
     out = []
-    for i in order:
+    for i in np.argsort(state.queue.seq, kind="stable")[:look].tolist():
         job = state.pending[i]
         usable = fit.usable(job, state.free)
         if job.num_gpus <= int(usable.sum()) and placer.place(job, usable, state) is not None:

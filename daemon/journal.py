@@ -211,9 +211,9 @@ class Journal:
     def pins(self) -> dict[str, tuple[str, ...]]:
         return {r["job_id"]: tuple(json.loads(r["nodes"])) for r in self._query("SELECT job_id, nodes FROM pins")}
 
-    def pin_times(self) -> dict[str, float]:
-        """Job -> when the daemon set its current pin."""
-        return {r["job_id"]: r["ts"] for r in self._query("SELECT job_id, ts FROM pins")}
+    def pins_set_at(self) -> dict[str, tuple[tuple[str, ...], float]]:
+        """Job -> (the daemon's pin, when it set it)."""
+        return {r["job_id"]: (tuple(json.loads(r["nodes"])), r["ts"]) for r in self._query("SELECT job_id, nodes, ts FROM pins")}
 
     def set_pin(self, job_id: str, nodes: Iterable[str], cycle_id: str = "") -> None:
         self._tx([("INSERT OR REPLACE INTO pins(job_id, nodes, cycle_id, ts) VALUES (?,?,?,?)",

@@ -19,7 +19,7 @@ from typing import Any
 from .apply import Action, Outcome
 from .journal import Journal
 from .records import Snapshot
-from .snapshot import CLOCK_SLACK
+from .snapshot import CLOCK_SLACK, owns
 
 
 class ReservationBook:
@@ -41,8 +41,8 @@ class ReservationBook:
                     gone.append(name)
                 continue
             if rec["start_time"] is None and r.start_time is not None:
-                if r.start_time < rec["created"] - CLOCK_SLACK or "MAINT" in r.flags:
-                    gone.append(name)  # older than our request: someone else's under this name
+                if not owns(r, rec):
+                    gone.append(name)  # older than our request, or MAINT: someone else's under this name
                     continue
                 self.journal.confirm_reservation(name, r.start_time)
                 rec = {**rec, "start_time": r.start_time}

@@ -155,13 +155,12 @@ class PlacementTracker:
         Slurm, so the daemon expires them)."""
         now = snap.taken_at
         found: list[Stall] = []
-        pins = self.journal.pins()
-        for job_id, set_at in self.journal.pin_times().items():
+        for job_id, (pin, set_at) in self.journal.pins_set_at().items():
             job = snap.job(job_id)
             if job is None or not job.pending or now - set_at <= max_pin_age or job_id in self._stalls:
                 continue
             self._awaiting.pop(job_id, None)
-            found.append(self._stall(Stall(job_id, pins[job_id], f"pin older than {max_pin_age:.0f} s", now,
+            found.append(self._stall(Stall(job_id, pin, f"pin older than {max_pin_age:.0f} s", now,
                                            now + avoid_for), avoid_for))
         for job_id, (nodes, since) in list(self._awaiting.items()):
             job = snap.job(job_id)

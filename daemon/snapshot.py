@@ -104,6 +104,13 @@ def owns(r: SlurmReservation, record: Mapping[str, object] | None) -> bool:
     return not isinstance(created, (int, float)) or r.start_time >= created - CLOCK_SLACK
 
 
+def own_reservations(snap: Snapshot, records: Mapping[str, Mapping[str, object]],
+                     prefix: str = "") -> dict[str, SlurmReservation]:
+    """The reservations of ``snap`` that are the daemon's (``records``: the journal's),
+    among those whose name starts with ``prefix``."""
+    return {r.name: r for r in snap.reservations if r.name.startswith(prefix) and owns(r, records.get(r.name))}
+
+
 def build_state(
     snap: Snapshot,
     topology: Topology,
@@ -130,8 +137,7 @@ def build_state(
     node_reasons: dict[str, str] = {}
     slurm_nodes = snap.nodes_by_name
     reservations = snap.reservations
-    own = {r.name: r for r in reservations
-           if r.name.startswith(reservation_prefix) and owns(r, owned_reservations.get(r.name))}
+    own = own_reservations(snap, owned_reservations, reservation_prefix)
     foreign_reserved: dict[str, str] = {}
     for r in reservations:
         if r.name in own or not r.active(now):

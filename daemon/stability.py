@@ -40,8 +40,7 @@ def stabilize(plan: Plan, state: ClusterState, previous: Mapping[str, tuple[int,
     still as good (see the module docstring)."""
     if not previous:
         return plan
-    jobs = {j.job_id: j for j in (state.pending[i] for i in range(len(state.pending)))
-            if j.job_id in previous}
+    jobs = {j.job_id: j for j in state.pending if j.job_id in previous}
     starts = list(plan.starts)
     taken = {g for s in starts for g in s.gpus}
     fit = Fit.of(state)
