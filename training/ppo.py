@@ -134,6 +134,9 @@ def _to_torch(obs: dict[str, np.ndarray], device: torch.device) -> dict[str, tor
 def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     """Train, validate and save; returns the path of the best model (``out_dir/best.pt``)."""
     out = Path(cfg.out_dir)
+    checkpoint = out / "checkpoint.pt"
+    if resume and not checkpoint.exists():  # before anything is created
+        raise CheckpointError(f"{checkpoint}: no checkpoint to resume from (run without --resume to start afresh)")
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.torch_threads)
     device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else ("cpu" if cfg.device == "auto" else cfg.device))
@@ -146,9 +149,6 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, eps=1e-5)
     start_update, global_step, best, history, wall_before = 1, 0, -math.inf, [], 0.0
     horizon = cfg.total_steps  # what the schedules (learning rate, teacher, curriculum) span
-    checkpoint = out / "checkpoint.pt"
-    if resume and not checkpoint.exists():
-        raise CheckpointError(f"{checkpoint}: no checkpoint to resume from (run without --resume to start afresh)")
     if resume:
         model, opt_state, prog = load_training(checkpoint)
         if (model.agent, model.window, model.max_candidates) != (cfg.agent, cfg.window, cfg.max_candidates):

@@ -115,8 +115,10 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
 
 
 def test_resume_keeps_the_original_schedules_and_needs_a_checkpoint(tmp_path):
+    none = tiny_config(tmp_path / "none")
     with pytest.raises(CheckpointError, match="no checkpoint to resume from"):
-        train(tiny_config(tmp_path / "none"), progress=False, resume=True)
+        train(none, progress=False, resume=True)
+    assert not Path(none.out_dir).exists()  # nothing created
     cfg = tiny_config(tmp_path, time_budget_s=0.0, bc_until=1.0, bc_floor=0.0)  # 2 updates planned, stops after 1
     train(cfg, progress=False)
     longer = tiny_config(tmp_path, total_steps=4 * cfg.batch_size, bc_until=1.0, bc_floor=0.0)  # extended to 4
