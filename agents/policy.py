@@ -166,7 +166,7 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     fit = Fit.of(state) if fit is None else fit.copy()
     future = free.copy()
     n_future = int(future.sum())
-    for run in sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id)):
+    for run in state.running_by_end:
         back = fit.release(run)
         if back is run.gpus:
             future[list(back)] = True

@@ -45,7 +45,7 @@ def chain_holds(plan: Plan, state: ClusterState, depth: int) -> Plan:
     placed = {s.job_id for s in plan.starts} | {h.job_id for h in plan.holds}
     for h in plan.holds:
         claimed[list(h.gpus)] = True
-    ends = sorted(state.running, key=lambda r: (r.expected_end(state.now), r.job_id))
+    ends = state.running_by_end
     holds = list(plan.holds)
     placer = Consolidate()
     after = max(h.expected_start for h in plan.holds)

@@ -43,6 +43,7 @@ from .limits import time_limit
 from .trace import TraceJob
 
 _COMPLETION, _ARRIVAL = 0, 1  # at one instant, free GPUs before new jobs are seen
+_NAN = np.array(np.nan)
 
 #: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
 #: job asks, and small enough that sums over a million nodes stay inside int64.
@@ -241,6 +242,9 @@ class Simulation:
         rows = lo + np.flatnonzero(self._is_pending[lo : self._arrived])
         self._first_pending = int(rows[0]) if len(rows) else self._arrived
         t = self._table
+        # A queue of ten thousand jobs is common in a replay, and every gather below is a
+        # pass over it at every decision: rows are already the arrival order (``seq``), and
+        # a run without the oracle reads no true durations (a read-only NaN view).
         return ClusterState(
             now=self.now,
             topology=self.topology,
@@ -249,11 +253,11 @@ class Simulation:
             running=tuple(self._running.values()),
             users=MappingProxyType(dict(self._users)),
             queue_arrays=QueueArrays(
-                seq=t.seq[rows],
+                seq=rows,
                 submit=t.submit[rows],
                 gpus=t.gpus[rows],
                 limit=t.limit[rows],
-                oracle=t.oracle[rows],
+                oracle=t.oracle[rows] if self.oracle else np.broadcast_to(_NAN, len(rows)),
                 user=t.user[rows],
                 users=t.users,
             ),

@@ -70,3 +70,19 @@ def test_full_cluster_still_holds_gpus_for_the_head_job(lab):
     (hold,) = plan.holds
     assert hold.job_id == "head" and hold.expected_start == 1600  # r0 ends first
     assert set(hold.gpus) <= set(range(8))
+
+
+def test_running_jobs_come_back_in_order_of_expected_end_then_id(lab):
+    import random
+
+    rng = random.Random(3)
+    now = 1000.0
+    running = tuple(
+        RunningJob(f"j{rng.randrange(50)}-{i}", "u", (i % lab.num_gpus,), 0.0, rng.uniform(0, now),
+                   rng.choice([None, rng.uniform(1, 2000), float("inf")]))
+        for i in range(60)
+    )
+    state = make_state(lab, now=now, running=running)
+    expected = sorted(running, key=lambda r: (r.expected_end(now), r.job_id))
+    assert list(state.running_by_end) == expected
+    assert any(r.deadline <= now for r in running) and any(r.deadline > now for r in running)
