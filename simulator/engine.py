@@ -43,7 +43,6 @@ from .limits import time_limit
 from .trace import TraceJob
 
 _COMPLETION, _ARRIVAL = 0, 1  # at one instant, free GPUs before new jobs are seen
-_NAN = np.array(np.nan)
 
 #: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
 #: job asks, and small enough that sums over a million nodes stay inside int64.
@@ -182,6 +181,8 @@ class Simulation:
         if self._res is not None:
             self._as_pending = self._res.prepare(self._as_pending)
         self._table = QueueArrays.of(self._as_pending)
+        self._no_oracle = np.full(len(self.jobs), np.nan)
+        self._no_oracle.setflags(write=False)
         self._row = {s.job.job_id: i for i, s in enumerate(self.jobs)}
 
     # ---- stepping API: the Gymnasium environment drives these; ``run`` loops over them ----
@@ -244,7 +245,7 @@ class Simulation:
         t = self._table
         # A queue of ten thousand jobs is common in a replay, and every gather below is a
         # pass over it at every decision: rows are already the arrival order (``seq``), and
-        # a run without the oracle reads no true durations (a read-only NaN view).
+        # a run without the oracle reads no true durations (a view of a read-only NaN column).
         return ClusterState(
             now=self.now,
             topology=self.topology,
@@ -257,7 +258,7 @@ class Simulation:
                 submit=t.submit[rows],
                 gpus=t.gpus[rows],
                 limit=t.limit[rows],
-                oracle=t.oracle[rows] if self.oracle else np.broadcast_to(_NAN, len(rows)),
+                oracle=t.oracle[rows] if self.oracle else self._no_oracle[: len(rows)],
                 user=t.user[rows],
                 users=t.users,
             ),
