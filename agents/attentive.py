@@ -20,6 +20,7 @@ import torch
 
 from .features import Candidate, Context, GpuView, JobView
 from .networks import AttentiveNet, JobEncoding, masked
+from .objective import DEFAULT_FAIRNESS
 from .order import estimated_runtime
 from .state import ClusterState, PendingJob
 from .two_phase import TwoPhasePolicy
@@ -87,11 +88,28 @@ class AttentivePolicy(TwoPhasePolicy):
 
     name = "attentive"
 
-    def __init__(self, net: AttentiveNet, **kwargs) -> None:
-        """``kwargs``: `TwoPhasePolicy`'s ``window``, ``max_candidates``, ``deterministic``,
-        ``seed``, ``threads``."""
+    def __init__(self, net: AttentiveNet, fairness: float | None = None, **kwargs) -> None:
+        """``fairness``: the setting W of a network that takes it (default
+        `DEFAULT_FAIRNESS`); a network without the input refuses one. ``kwargs``:
+        `TwoPhasePolicy`'s ``window``, ``max_candidates``, ``deterministic``, ``seed``,
+        ``threads``."""
         super().__init__(**kwargs)
         self.net = net.eval()
+        if not net.cfg.fairness_input:
+            if fairness is not None:
+                raise ValueError("this attentive model was trained without the fairness input, so it cannot take "
+                                 "fairness=; run it without the parameter or train a model that has it")
+            self._fairness = None
+        else:
+            w = DEFAULT_FAIRNESS if fairness is None else fairness
+            if not 0.0 <= w <= 1.0:
+                raise ValueError(f"fairness must be in [0, 1], got {w}")
+            self._fairness = torch.tensor([[w]], dtype=torch.float32)
+
+    @property
+    def fairness(self) -> float | None:
+        """The fairness setting W the network decides with (``None``: it takes none)."""
+        return None if self._fairness is None else float(self._fairness)
 
     def explain(self, state: ClusterState, job_id: str | None = None, k: int = 5) -> Explanation:
         """The top-``k`` job choices with probabilities, the chosen (or named) job's
@@ -140,6 +158,7 @@ class AttentivePolicy(TwoPhasePolicy):
             torch.from_numpy(view.summary)[None],
             torch.from_numpy(view.valid)[None],
             need_weights=need_weights,
+            fairness=self._fairness,
         )
 
     def _place(self, ctx: Context, enc: JobEncoding, slot: int, job: PendingJob) -> tuple[int, ...]:

@@ -24,18 +24,19 @@ from .order import (
 from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from .policy import JobChooser, Placer
 
-SEARCH_ORDERS: dict[str, tuple[Callable[[int], JobChooser], str]] = {
-    "genetic": (lambda seed: Genetic(seed=seed),
+SEARCH_ORDERS: dict[str, tuple[Callable[..., JobChooser], str]] = {
+    "genetic": (lambda seed, **params: Genetic(seed=seed, **params),
                 "genetic algorithm over job order and packing (look-ahead model), consolidated placement"),
-    "annealing": (lambda seed: Annealing(seed=seed),
+    "annealing": (lambda seed, **params: Annealing(seed=seed, **params),
                   "simulated annealing over job order and packing (look-ahead model), consolidated placement"),
-    "portfolio": (lambda seed: Portfolio(seed=seed),
+    "portfolio": (lambda seed, **params: Portfolio(seed=seed, **params),
                   "best heuristic order by the look-ahead cost, no search; consolidated placement"),
 }
 """The look-ahead job orders, with their one-line summaries (benchmarks that compare with
-the plain heuristics leave them out)."""
+the plain heuristics leave them out). Their factories take the policy's parameters
+(``fairness``, see `registry.parameters`) as keywords."""
 
-ORDERS: dict[str, Callable[[int], JobChooser]] = {
+ORDERS: dict[str, Callable[..., JobChooser]] = {
     "fifo": lambda seed: Fifo(),
     "sjf": lambda seed: ShortestJobFirst(),
     "fair-share": lambda seed: FairShare(),

@@ -152,8 +152,8 @@ _MAX_SIZE = 65_536  # no layer of a model attentived trains comes near this
 def _build(path: str | os.PathLike[str], payload: dict[str, Any]) -> Net:
     spec = payload["net"]
     if not isinstance(spec, dict) or not all(
-        isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _MAX_SIZE) for v in spec.values()
-    ):
+        isinstance(v, (str, bool)) or (isinstance(v, int) and 0 < v <= _MAX_SIZE) for v in spec.values()
+    ):  # sizes, names and switches (``fairness_input``)
         raise CheckpointError(f"{path}: implausible network sizes {spec!r} (corrupt or hand-edited?)")
     try:
         net = NETS[payload["agent"]].from_spec(spec)

@@ -345,6 +345,7 @@ class FeatureEncoder:
         node_size = np.diff(topo.node_first_gpu)
         whole_island = ctx.island_free == topo.island_size
         whole_node = ctx.node_free == node_size
+        busy = ~state.free
         scored: list[Candidate] = []
         model = self.profile_name(job, topo)
         for c, cand in enumerate(cands):
@@ -352,9 +353,13 @@ class FeatureEncoder:
             slowdown = speed.slowdown(model, cand.gpus)
             link, _ = topo.bottleneck(cand.gpus)
             isl = np.unique(topo.gpu_island[g])
-            nds, per_node = np.unique(topo.gpu_node[g], return_counts=True)
+            on_node = np.bincount(topo.gpu_node[g], minlength=N)  # (np.unique and np.isin cost 5x more here)
+            nds = np.flatnonzero(on_node)
+            per_node = on_node[nds]
             sws = np.unique(topo.gpu_switch[g])
-            busy_near = ctx.until_free[np.isin(topo.gpu_node, nds) & ~state.free]
+            touched = np.zeros(N, bool)
+            touched[nds] = True
+            busy_near = ctx.until_free[touched[topo.gpu_node] & busy]
             release = float(log_time(busy_near.max())) if len(busy_near) else 0.0
             row = rows[c]
             row[0] = math.log(slowdown)  # may be < 0: the speed model can beat `ideal_gpus`

@@ -36,9 +36,13 @@ from .policy import Policy, Scheduler
 from .proximity import ProximityPlacer
 
 
-def _attentive(model: LoadedModel, seed: int, threads: int | None) -> Policy:
+def _attentive(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None) -> Policy:
     assert isinstance(model.net, AttentiveNet)
-    return AttentivePolicy(model.net, window=model.window, max_candidates=model.max_candidates, seed=seed, threads=threads)
+    try:
+        return AttentivePolicy(model.net, fairness, window=model.window, max_candidates=model.max_candidates, seed=seed,
+                               threads=threads)
+    except ValueError as e:  # a setting the model cannot take: the model file's problem
+        raise CheckpointError(str(e)) from None
 
 
 def _deeprm(model: LoadedModel, seed: int, threads: int | None) -> Policy:
@@ -54,13 +58,14 @@ def _proximity(model: LoadedModel, seed: int, threads: int | None) -> Policy:
     return Scheduler(ORDERS[net.order](seed), ProximityPlacer(net, seed=seed), backfill=False, name="proximity-drl")
 
 
-POLICIES: dict[str, Callable[[LoadedModel, int, int | None], Policy]] = {
+POLICIES: dict[str, Callable[..., Policy]] = {
     "attentive": _attentive,
     "deeprm": _deeprm,
     "proximity-drl": _proximity,
 }
-"""The policy that runs each agent's trained network, given the model, a seed and the
-number of torch threads (``None``: leave torch's setting)."""
+"""The policy that runs each agent's trained network, given the model, a seed, the
+number of torch threads (``None``: leave torch's setting) and the policy's parameters
+(`registry.LEARNED_PARAMETERS`, less ``model``) as keywords."""
 
 
 def default_model_path(agent: str) -> Path:
@@ -69,10 +74,11 @@ def default_model_path(agent: str) -> Path:
 
 
 def load_learned(agent: str | None, path: str | os.PathLike[str] | None = None, seed: int = 0,
-                 threads: int | None = 1) -> Policy:
+                 threads: int | None = 1, fairness: float | None = None) -> Policy:
     """The policy of a trained model: the file at ``path`` (default: ``agent``'s shipped
     model). With ``agent`` named, a model of another agent is refused (`CheckpointError`),
-    so ``--policy deeprm --model attentive.pt`` fails instead of mis-loading."""
+    so ``--policy deeprm --model attentive.pt`` fails instead of mis-loading. ``fairness``
+    is the policy's parameter of that name (``None``: not given)."""
     if path is None:
         if agent is None:
             raise ValueError("name an agent or a model file")
@@ -80,4 +86,8 @@ def load_learned(agent: str | None, path: str | os.PathLike[str] | None = None, 
     model = load_model(path)
     if agent is not None and model.agent != agent:
         raise CheckpointError(f"{path}: a model of the {model.agent} agent, not {agent}; run it as --policy {model.agent}")
-    return POLICIES[model.agent](model, seed, threads)
+    try:
+        params = {} if fairness is None else {"fairness": fairness}
+        return POLICIES[model.agent](model, seed, threads, **params)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None

@@ -10,6 +10,13 @@ placer, exactly those jobs start, on best-fit GPUs; when the model prefers to ke
 for a blocked job or to wait for a packed placement, nothing else starts (an explicit
 wait).
 
+Fairness: ``fairness`` = W in [0, 1] (default `objective.DEFAULT_FAIRNESS`; ValueError
+outside) blends the look-ahead cost's completion-time term with the same term weighted
+towards the users with the highest projected mean waits (see `objective`): 0 is
+completion time only, 1 protects the worst-off users as much as the model can. With W > 0
+the window and the starting solutions include the blended cost's own order (estimate /
+urgency), so those users' jobs are candidates and one starting solution puts them first.
+
 Budget: each decision's search stops after ``budget_ms`` *or* ``max_evaluations`` cost
 evaluations, whichever comes first, and earlier when ``patience`` evaluations bring no
 improvement (building the window and scoring the starting solutions adds about a
@@ -36,7 +43,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .objective import LookAhead, SlowdownTable, Solution, Weights
+from .objective import DEFAULT_FAIRNESS, LookAhead, SlowdownTable, Solution, Weights, check_fairness
 from .policy import Ranking
 from .state import ClusterState
 
@@ -97,6 +104,7 @@ class SearchChooser:
     max_evaluations: int = DEFAULT_MAX_EVALUATIONS
     patience: int = 60
     weights: Weights = field(default_factory=Weights)
+    fairness: float = DEFAULT_FAIRNESS  # W in [0, 1]: 0 = completion time only, 1 = protect the worst-off users most
     model: str = "backfill"  # the look-ahead's list schedule: "backfill" (EASY) or "serial"
     clock: str = "cpu"  # what budget_ms measures: "cpu" (this thread's CPU time) or "wall"
     min_gain: float = 0.0  # relative improvement a search result needs over the best heuristic start
@@ -105,6 +113,7 @@ class SearchChooser:
     _tables: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.fairness = check_fairness(self.fairness)
         if self.window < 1:
             raise ValueError(f"window must be at least 1, got {self.window}")
         if self.max_evaluations < 0:
@@ -121,7 +130,7 @@ class SearchChooser:
         if len(state.pending) == 0:
             self.last = SearchStats(0, 0, "trivial", 0.0, 0.0, 0.0, None)
             return Ranking(np.zeros(0, dtype=np.int64))
-        look = LookAhead(state, self.window, self.weights, self._table(state), self.model, self.pack_genes)
+        look = LookAhead(state, self.window, self.weights, self._table(state), self.model, self.pack_genes, self.fairness)
         if look.size == 0:  # nothing in the queue can ever fit: arrival order
             self.last = SearchStats(0, 0, "trivial", time.perf_counter() - t0, 0.0, 0.0, None)
             return Ranking(np.argsort(state.queue.seq, kind="stable"))
@@ -187,8 +196,9 @@ class SearchChooser:
 @dataclass
 class Portfolio(SearchChooser):
     """No search: the best of the heuristic starting solutions (FIFO, shortest estimate
-    first, fit-now-first, the window's interleaved order; spread or packed) by the
-    look-ahead cost. The baseline that tells how much the search itself adds."""
+    first, fit-now-first, the window's interleaved order and, with fairness W > 0, the
+    urgency-weighted shortest first; spread or packed) by the look-ahead cost. The
+    baseline that tells how much the search itself adds."""
 
     name: str = "portfolio"
     max_evaluations: int = 0

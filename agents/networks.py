@@ -47,8 +47,11 @@ class NetConfig:
     heads: int = 4
     layers: int = 2
     ff_mult: int = 2
+    #: Whether the fairness setting W is an input (a preference-conditioned model: one
+    #: network for every W). Model files from before it have no such key: no input.
+    fairness_input: bool = False
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -91,18 +94,26 @@ class JobAgent(nn.Module):
         self.summary_in = nn.Linear(SUMMARY_FEATURES, d)
         self.summary_type = nn.Parameter(torch.randn(SUMMARY_TOKENS, d) * 0.02)
         self.wait_token = nn.Parameter(torch.randn(1, d) * 0.02)
+        # W enters where the queue is summarised, so every token can attend to it and the
+        # pointer's query (pooled from the summary tokens) carries it.
+        self.fairness_in = nn.Linear(1, d) if cfg.fairness_input else None
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(d)
         self.query = nn.Linear(d, d)
         self.key = nn.Linear(d, d)
         self.scale = 1.0 / math.sqrt(d)
 
-    def forward(self, jobs: Tensor, summary: Tensor, valid: Tensor, need_weights: bool = False) -> JobEncoding:
+    def forward(self, jobs: Tensor, summary: Tensor, valid: Tensor, need_weights: bool = False,
+                fairness: Tensor | None = None) -> JobEncoding:
+        """``fairness``: W per row, [B, 1]; required exactly when the network takes it."""
         B, W, _ = jobs.shape
         S = summary.shape[1]
-        tokens = torch.cat(
-            [self.summary_in(summary) + self.summary_type, self.wait_token.expand(B, 1, -1), self.job_in(jobs)], dim=1
-        )
+        summaries = self.summary_in(summary) + self.summary_type
+        if self.fairness_in is not None:
+            if fairness is None:
+                raise ValueError("this network takes the fairness setting W as an input")
+            summaries = summaries + self.fairness_in(fairness.view(B, 1).to(summaries.dtype)).unsqueeze(1)
+        tokens = torch.cat([summaries, self.wait_token.expand(B, 1, -1), self.job_in(jobs)], dim=1)
         pad = torch.cat([torch.zeros(B, S + 1, dtype=torch.bool, device=jobs.device), ~valid], dim=1)
         attention = None
         for i, layer in enumerate(self.layers):
@@ -164,28 +175,59 @@ class AttentiveNet(nn.Module):
         self.critic = nn.Sequential(nn.Linear(2 * d, d), nn.Tanh(), nn.Linear(d, 1))
 
     def forward(self, obs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        enc = self.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool())
-        B = enc.logits.shape[0]
         mask = obs["action_mask"].bool()
-        logits = torch.full(mask.shape, _MASKED, dtype=enc.logits.dtype, device=mask.device)
+        B, W = obs["job_valid"].shape
         phase = obs["phase"].long().view(B)
-        job_phase = phase == 0
-        logits[job_phase, : enc.logits.shape[1]] = enc.logits[job_phase]
-        chosen = torch.zeros_like(enc.context)
-        gpu_rows = torch.nonzero(~job_phase).view(-1)
+        job_phase, gpu_rows = phase == 0, torch.nonzero(phase != 0).view(-1)
+        slot = torch.where(job_phase, 0, obs["job"].long().view(B))  # the job phase has chosen no job yet
+        fairness = obs.get("fairness") if self.cfg.fairness_input else None
+        context, job_logits, job_token = self._encode_queues(obs["jobs"], obs["summary"], obs["job_valid"].bool(), slot,
+                                                             fairness)
+        logits = torch.full(mask.shape, _MASKED, dtype=job_logits.dtype, device=mask.device)
+        logits[job_phase, : W + 1] = job_logits[job_phase]
+        chosen = torch.where(job_phase.unsqueeze(1), 0.0, job_token)  # the critic sees no job in the job phase
         if len(gpu_rows):
-            slot = obs["job"].long().view(B)[gpu_rows]
-            chosen[gpu_rows] = enc.jobs[gpu_rows, slot]
+            node_valid = obs["node_valid"][gpu_rows].bool()
+            n = _used_width(node_valid)  # padded nodes hold no share of any candidate
             cand_logits, _ = self.gpu_agent(
                 chosen[gpu_rows],
-                obs["nodes"][gpu_rows],
-                obs["node_valid"][gpu_rows].bool(),
+                obs["nodes"][gpu_rows, :n],
+                node_valid[:, :n],
                 obs["candidates"][gpu_rows],
-                obs["share"][gpu_rows],
+                obs["share"][gpu_rows, :, :n],
             )
             logits[gpu_rows, : cand_logits.shape[1]] = cand_logits
-        value = self.critic(torch.cat([enc.context, chosen], dim=-1)).squeeze(-1)
+        value = self.critic(torch.cat([context, chosen], dim=-1)).squeeze(-1)
         return logits.masked_fill(~mask, _MASKED), value
+
+    def _encode_queues(self, jobs: Tensor, summary: Tensor, valid: Tensor, slot: Tensor,
+                       fairness: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """The job agent over a batch of queues, cut to the slots in use: the pooled context
+        [B, d], the logits [B, W + 1] (slots, then WAIT; slots cut off at ``-1e8``) and the
+        job token at ``slot`` [B, d], rows in the input order.
+
+        Why: observations are padded to the whole window, but most queues use a few slots,
+        and the encoder's cost grows with the padded length (in attention quadratically):
+        cutting made a PPO minibatch 3-9x cheaper. Rows are grouped by their used width
+        rounded up to a power of two, each group cut to its widest row (at most twice a
+        row's width); a group too small to pay for an encoder call of its own joins the
+        next wider one (`_groups`). The cut is exact up to float rounding: padded slots
+        are never attended to, never chosen and always masked in the action distribution,
+        so they only ever added masked work."""
+        B, W = valid.shape
+        groups = _groups(_used_widths(valid))
+        contexts, logits, tokens = [], [], []
+        for rows, w in groups:
+            enc = self.job_agent(jobs[rows, :w], summary[rows], valid[rows, :w],
+                                 fairness=None if fairness is None else fairness[rows])
+            cut = enc.logits.new_full((len(rows), W - w), _MASKED)
+            contexts.append(enc.context)
+            logits.append(torch.cat([enc.logits[:, :w], cut, enc.logits[:, w:]], dim=1))
+            tokens.append(enc.jobs[torch.arange(len(rows), device=jobs.device), slot[rows]])
+        if len(groups) == 1:
+            return contexts[0], logits[0], tokens[0]
+        back = torch.argsort(torch.cat([rows for rows, _ in groups]))  # grouped order -> input order
+        return torch.cat(contexts)[back], torch.cat(logits)[back], torch.cat(tokens)[back]
 
     def spec(self) -> dict[str, Any]:
         """What rebuilds this network (saved in model files)."""
@@ -205,6 +247,41 @@ class AttentiveNet(nn.Module):
             "node_features": NODE_FEATURES,
             "candidate_features": CANDIDATE_FEATURES,
         }
+
+
+_CALL_COST = 64
+"""What one more encoder call costs, in units of one token of one row (measured on one CPU
+core: a call's fixed cost is that of about 64 token rows, with or without gradients)."""
+
+
+def _groups(used: Tensor) -> list[tuple[Tensor, int]]:
+    """Rows of a batch grouped for the encoder, each group with its width: by ``used``
+    rounded up to a power of two, narrowest first; a group whose rows would cost less
+    padded to the next group's width than a call of their own joins that group."""
+    rounded = torch.ceil(torch.log2(used.clamp(min=1).float())).long()
+    classes = [torch.nonzero(rounded == r).view(-1) for r in torch.unique(rounded)]
+    widths = [max(int(used[rows].max()), 1) for rows in classes]
+    groups: list[tuple[Tensor, int]] = []
+    carried = used.new_zeros(0)
+    for i, (rows, w) in enumerate(zip(classes, widths)):
+        rows = torch.cat([carried, rows])
+        if i + 1 < len(classes) and len(rows) * (widths[i + 1] - w) < _CALL_COST:
+            carried = rows
+        else:
+            groups.append((torch.sort(rows).values, w))  # one group: the batch in its order
+            carried = used.new_zeros(0)
+    return groups
+
+
+def _used_widths(valid: Tensor) -> Tensor:
+    """Per row of a [B, L] validity mask: one past its last valid position (0 if none)."""
+    positions = torch.arange(1, valid.shape[1] + 1, device=valid.device)
+    return (valid * positions).amax(1)
+
+
+def _used_width(valid: Tensor) -> int:
+    """The positions of a [B, L] validity mask that some row uses (at least one)."""
+    return max(int(_used_widths(valid).max()), 1)
 
 
 def masked(logits: Tensor, mask: Tensor) -> Tensor:

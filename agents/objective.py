@@ -6,10 +6,12 @@ placement gene. They compare solutions with `LookAhead.evaluate`, which must cos
 microseconds, so the model is deliberately coarse:
 
 * **Window.** At most ``size`` jobs: the heads of the FIFO, shortest-estimate-first and
-  least-served-user-first orders, interleaved (so old, short and starved jobs are all
-  candidates), plus up to a quarter of the window from the rest of the queue that fit the
-  free GPUs now (so a search can fill idle GPUs the heads cannot use). Jobs that cannot
-  fit even when every running job ends are left out (the scheduling loop skips them too).
+  least-served-user-first orders and, with a fairness setting W > 0, of the blended
+  cost's own order (estimate / urgency ascending, see the cost), interleaved (so old,
+  short, starved jobs and the worst-off users' jobs are all candidates), plus up to a
+  quarter of the window from the rest of the queue that fit the free GPUs now (so a
+  search can fill idle GPUs the heads cannot use). Jobs that cannot fit even when every
+  running job ends are left out (the scheduling loop skips them too).
 * **List schedule on per-node free counts** (``model="backfill"``, the default). The
   window is played out event by event, as the scheduling loop would re-plan it: at each
   instant every job that fits starts, in the solution's priority order; the first job
@@ -29,17 +31,25 @@ microseconds, so the model is deliberately coarse:
   anywhere, on the fullest nodes, and runs ``slowdown(model, spread)`` times longer (the
   speed model's price of the spread for the job's declared model). Inside a node the
   model picks the tightest node (best fit), as the consolidating placer does.
-* **Cost** (lower is better), three dimensionless terms::
+* **Cost** (lower is better), with the fairness setting W in [0, 1] (`check_fairness`;
+  0 = completion time only, 1 = protect the worst-off users most)::
 
-      w_jct  * sum(start - now + slowdown * estimate) / (n * mean estimate)
-    + w_fair * (1 - Jain over users' mean waits)
+      w_jct  * ((1 - W) * sum(c_j) + W * sum(f_j * c_j)) / (n * mean estimate)
     + w_comm * sum((slowdown - 1) * estimate * gpus) / sum(estimate * gpus)
 
-  The first is the window's remaining completion time in units of its mean job. The
-  second is the evaluation's fairness metric itself: each user's mean wait counts their
-  finished jobs, their running jobs, their pending jobs outside the window (at the wait
-  so far, a lower bound) and the window's jobs at their modelled start. The third is the
-  fraction of the window's GPU time lost to spread placements.
+  where ``c_j = start - now + slowdown * estimate`` is window job j's remaining
+  completion time. The first term is the window's remaining completion time in units of
+  its mean job, each job weighted by its *urgency* ``(1 - W) + W * f_j``. ``f_j`` is the
+  fairness weight of the job's user, fixed for the decision (it depends on the state,
+  never on the solution): the user's projected mean wait (finished and running jobs at
+  their waits, pending jobs at their wait so far plus the time until enough GPUs come
+  back for them) over the users' mean, to the power ``FAIRNESS_POWER``, times
+  ``(mean count / the user's job count) ** COUNT_EXPONENT`` (a job of a user with few
+  jobs moves that user's mean wait more), normalised to mean 1 over the window. Every
+  weight is positive, so the cost never decreases when any job starts later: it never
+  rewards delaying anyone to equalise waits (the Jain index over users' mean waits,
+  which the cost used to carry, did, and stays a reported metric only). The second is
+  the fraction of the window's GPU time lost to spread placements.
 
 The jobs the model starts *now* (`Schedule.now`) are the decision: the chooser ranks them
 first and passes their count to the scheduling loop as ``Ranking.startable``, so "wait
@@ -70,15 +80,39 @@ DEPTH = 12
 """Release events the backfill model plays out event by event; after them, a fluid tail."""
 
 MIN_SCALE_SECONDS = 60.0
-"""Floor of the time unit of the JCT term, so a window of seconds-long jobs stays stable."""
+"""Floor of the time unit of the JCT term, so a window of seconds-long jobs stays stable;
+also the floor added to users' projected mean waits in the fairness weights."""
+
+DEFAULT_FAIRNESS = 0.75
+"""The fairness setting W of the look-ahead policies when none is given. On 16 held-out
+Philly windows x 2 seeds (bench/fairness_knob.py) it keeps the average JCT of
+``portfolio`` and ``genetic`` within 0.2% of the cost this term replaced (w_jct = 1 with
+2 x (1 - Jain over users' mean waits)), and the worst user's mean wait equal
+(``genetic``) or 13% lower (``portfolio``)."""
+
+FAIRNESS_POWER = 2.0
+"""How steeply a user's fairness weight grows with their projected mean wait over the
+users' mean (the exponent of the ratio)."""
+
+COUNT_EXPONENT = 1.0
+"""How a user's fairness weight scales with 1 / their job count: one job's wait moves the
+mean wait of a user with few jobs more (1: exactly the derivative of the mean)."""
+
+
+def check_fairness(fairness: float) -> float:
+    """``fairness`` as a float; ValueError unless 0 <= fairness <= 1."""
+    w = float(fairness)
+    if not 0.0 <= w <= 1.0:  # also refuses nan
+        raise ValueError(f"fairness must be between 0 and 1, got {fairness!r}")
+    return w
 
 
 @dataclass(frozen=True)
 class Weights:
-    """Weights of the cost's three terms (each dimensionless, see the module notes)."""
+    """Weights of the cost's completion-time and communication terms (each dimensionless,
+    see the module notes); the fairness setting W blends inside the first."""
 
     jct: float = 1.0
-    fairness: float = 2.0
     comm: float = 1.0
 
 
@@ -100,8 +134,8 @@ class Schedule:
     start: tuple[float, ...]
     slowdown: tuple[float, ...]
     nodes: tuple[int, ...]
-    jct_term: float
-    fairness_term: float
+    jct_term: float  # remaining completion time, unweighted (module notes)
+    fairness_term: float  # the same, each job weighted by its user's fairness weight
     comm_term: float
     cost: float
     startable: int
@@ -161,7 +195,9 @@ class LookAhead:
         slowdowns: SlowdownTable,
         model: str = "backfill",
         pack_genes: bool = True,
+        fairness: float = DEFAULT_FAIRNESS,
     ) -> None:
+        self.fairness = check_fairness(fairness)
         if model not in ("backfill", "serial"):
             raise ValueError(f"unknown look-ahead model {model!r}: backfill or serial")
         self.model = model
@@ -208,6 +244,11 @@ class LookAhead:
         served = state.attained_service
         per_user = np.array([served.get(u, 0.0) for u in q.users], dtype=float)
         fair = np.lexsort((q.seq, per_user[q.user])) if len(q.users) else fifo
+        # Fairness weight of each pending job (mean 1 over the queue) and its blend with
+        # the JCT term's weight 1: ``urgency`` = (1 - W) + W * weight.
+        fw = self.fairness
+        job_weight = self._job_weights(state) if fw > 0 and len(q.gpus) else np.ones(len(q.gpus))
+        urgency = (1.0 - fw) + fw * job_weight
         fit_size = size // 4 if size >= 4 else 0
         main_size = size - fit_size
         chosen: list[int] = []
@@ -224,7 +265,13 @@ class LookAhead:
                 shaped[r] = (per, job.num_nodes)
             return True
 
-        heads = [s[: main_size].tolist() for s in (fifo, sjf, fair)]
+        orders = [fifo, sjf, fair]
+        if fw > 0:
+            # The blended cost's own order (Smith's rule: estimate / urgency, ascending),
+            # so the jobs of the worst-off users are candidates even when they are neither
+            # old, short nor of a least-served user.
+            orders.append(np.lexsort((q.seq, est / np.maximum(urgency, 1e-9))))
+        heads = [s[: main_size].tolist() for s in orders]
         for k in range(main_size):
             for h in heads:
                 if k < len(h) and len(chosen) < main_size:
@@ -259,38 +306,11 @@ class LookAhead:
         self.scale = max(MIN_SCALE_SECONDS, sum(self.est) / n) if n else MIN_SCALE_SECONDS
         self.gpu_time = sum(e * g for e, g in zip(self.est, self.gpus)) or 1.0
 
-        # ---- fairness: per-user wait sums and job counts that do not depend on the order ----
-        names = list(q.users)
-        index = {u: k for k, u in enumerate(names)}
-        for u in list(state.users) + [r.user for r in state.running]:
-            if u not in index:
-                index[u] = len(names)
-                names.append(u)
-        wait_sum = np.zeros(len(names))
-        count = np.zeros(len(names))
-        for u, s in state.users.items():
-            wait_sum[index[u]] += s.wait_seconds
-            count[index[u]] += s.jobs
-        for r in state.running:
-            wait_sum[index[r.user]] += r.start_time - r.submit_time
-            count[index[r.user]] += 1
-        if len(q.gpus):
-            # Every pending job counts with its wait so far (window jobs add their modelled
-            # extra wait beyond now in `evaluate`).
-            wait_sum[: len(q.users)] += np.bincount(q.user, weights=np.maximum(now - q.submit, 0.0), minlength=len(q.users))
-            count[: len(q.users)] += np.bincount(q.user, minlength=len(q.users))
-        window_users = sorted({int(q.user[r]) for r in chosen})
-        local = {u: k for k, u in enumerate(window_users)}
-        self.wuser = [local[int(q.user[r])] for r in chosen]
-        self.wuser_base = [float(wait_sum[u]) for u in window_users]
-        self.wuser_count = [float(count[u]) for u in window_users]
-        others = np.ones(len(names), dtype=bool)
-        others[window_users] = False
-        others &= count > 0
-        means = wait_sum[others] / count[others]
-        self.other_users = int(others.sum())
-        self.other_s1 = float(means.sum())
-        self.other_s2 = float(np.square(means).sum())
+        # Fairness weights of the window's jobs, normalised to mean 1 over the window.
+        wj = [float(job_weight[r]) for r in chosen]
+        mean_w = sum(wj) / n if n else 1.0
+        self.fair_weight = [x / mean_w for x in wj] if mean_w > 0 else [1.0] * n
+        self.urgency = [(1.0 - fw) + fw * x for x in self.fair_weight]
         self._fifo = fifo
 
     # ---- solutions ----
@@ -307,25 +327,70 @@ class LookAhead:
             startable=rec["startable"], now=tuple(rec["now"]),
         )
 
+    def cost_at(self, start: Sequence[float], slowdown: Sequence[float]) -> float:
+        """The cost of window jobs starting at ``start`` and running ``slowdown`` x their
+        estimate (by window job): the terms `evaluate` adds up, for tests and explanations."""
+        now = self.now
+        done = [s - now + k * e for s, k, e in zip(start, slowdown, self.est)]
+        comm = sum((k - 1.0) * e * g for k, e, g in zip(slowdown, self.est, self.gpus))
+        return self._cost(sum(done), sum(f * c for f, c in zip(self.fair_weight, done)), comm, self.size, None)
+
     def _run(self, order: Sequence[int], pack: Sequence[bool], rec: dict | None) -> float:
         if self.model == "backfill":
             return self._run_backfill(order, pack, rec)
         return self._run_serial(order, pack, rec)
 
-    def _cost(self, jct: float, comm: float, extra: list[float], n: int, rec: dict | None) -> float:
-        s1, s2 = self.other_s1, self.other_s2
-        for base, cnt, add in zip(self.wuser_base, self.wuser_count, extra):
-            m = (base + add) / cnt
-            s1 += m
-            s2 += m * m
-        users = self.other_users + len(extra)
-        fairness = 1.0 - (s1 * s1 / (users * s2) if s2 > 0 else 1.0)
+    def _cost(self, jct: float, fj: float, comm: float, n: int, rec: dict | None) -> float:
         w = self.weights
+        fw = self.fairness
         jct_term = jct / (n * self.scale) if n else 0.0
+        fair_term = fj / (n * self.scale) if n else 0.0
         comm_term = comm / self.gpu_time
         if rec is not None:
-            rec.update(jct=jct_term, fair=fairness, comm=comm_term)
-        return w.jct * jct_term + w.fairness * fairness + w.comm * comm_term
+            rec.update(jct=jct_term, fair=fair_term, comm=comm_term)
+        return w.jct * ((1.0 - fw) * jct_term + fw * fair_term) + w.comm * comm_term
+
+    def _job_weights(self, state: ClusterState) -> np.ndarray:
+        """Each pending job's fairness weight, from its user's projected mean wait: finished
+        and running jobs at their waits, pending jobs at their wait so far plus the time
+        until enough GPUs come back for them (by count, the running jobs' estimated ends).
+        A user's weight is ``r ** FAIRNESS_POWER * (c / c_u) ** COUNT_EXPONENT`` with ``r``
+        the user's projected mean wait over the users' mean (each floored at a minute),
+        ``c_u`` the user's job count and ``c`` the users' mean count (a job moves the mean
+        wait of a user with few jobs more). Normalised to mean 1 over the queue; the
+        weights depend on the state only, never on the solution evaluated."""
+        q = state.queue
+        now = self.now
+        names = list(q.users)
+        index = {u: k for k, u in enumerate(names)}
+        for u in list(state.users) + [r.user for r in state.running]:
+            if u not in index:
+                index[u] = len(names)
+                names.append(u)
+        wait_sum = np.zeros(len(names))
+        count = np.zeros(len(names))
+        for u, st in state.users.items():
+            wait_sum[index[u]] += st.wait_seconds
+            count[index[u]] += st.jobs
+        for r in state.running:
+            wait_sum[index[r.user]] += r.start_time - r.submit_time
+            count[index[r.user]] += 1
+        nu = len(q.users)
+        ahead = np.zeros(len(q.gpus))
+        if self.releases:
+            ends = np.array([r[0] for r in self.releases])
+            back = self.total_free + np.cumsum([r[3] for r in self.releases])
+            k = np.minimum(np.searchsorted(back, q.gpus, side="left"), len(ends) - 1)
+            ahead = np.where(q.gpus <= self.total_free, 0.0, ends[k] - now)
+        projected = np.maximum(now - q.submit, 0.0) + ahead
+        wait_sum[:nu] += np.bincount(q.user, weights=projected, minlength=nu)
+        count[:nu] += np.bincount(q.user, minlength=nu)
+        active = count > 0
+        mean = np.where(active, wait_sum / np.maximum(count, 1.0), 0.0) + MIN_SCALE_SECONDS
+        ratio = mean / mean[active].mean()
+        weight = ratio**FAIRNESS_POWER * (count[active].mean() / np.maximum(count, 1.0)) ** COUNT_EXPONENT
+        job = weight[:nu][q.user]
+        return job / job.mean()
 
     def _run_backfill(self, order: Sequence[int], pack: Sequence[bool], rec: dict | None) -> float:
         """List schedule with EASY backfill, event by event: at each release, start every
@@ -339,11 +404,10 @@ class LookAhead:
         p = 0
         insort = bisect.insort
         gpus, est, sd, shape, min_nodes = self.gpus, self.est, self.slowdowns, self.shape, self.min_nodes
-        wuser = self.wuser
-        extra = [0.0] * len(self.wuser_base)
+        fwt = self.fair_weight
         n_nodes = len(nf)
         seq = len(rel)
-        jct = comm = 0.0
+        jct = fj = comm = 0.0
         now_jobs: list[int] = []
         if rec is not None:
             starts = [0.0] * self.size
@@ -375,7 +439,7 @@ class LookAhead:
                     run = est[i]
                     ahead += gpus[i] * run
                     jct += start - now + run
-                    extra[wuser[i]] += start - now
+                    fj += fwt[i] * (start - now + run)
                     if rec is not None:
                         starts[i] = start
                 remaining = []
@@ -423,8 +487,8 @@ class LookAhead:
                 insort(rel, (t + run, seq, alloc, g), p)
                 seq += 1
                 jct += t - now + run
+                fj += fwt[i] * (t - now + run)
                 comm += (s - 1.0) * est[i] * g
-                extra[wuser[i]] += t - now
                 if t == now:
                     now_jobs.append(i)
                 if rec is not None:
@@ -438,11 +502,12 @@ class LookAhead:
                 # cannot be met): start them spread, in order, as GPUs allow.
                 if relaxed or all(gpus[i] > total for i in remaining):
                     jct += NO_LIMIT_SECONDS * len(remaining)  # never starts in the model
+                    fj += NO_LIMIT_SECONDS * sum(fwt[i] for i in remaining)
                     break
                 relaxed, pack = True, (False,) * len(pack)
                 continue
             t = rel[p][0]
-        cost = self._cost(jct, comm, extra, len(order), rec)
+        cost = self._cost(jct, fj, comm, len(order), rec)
         if rec is not None:
             rec.update(start=starts, slowdown=slow, nodes=used, now=now_jobs, startable=len(now_jobs))
         return cost
@@ -454,12 +519,11 @@ class LookAhead:
         heap = self.releases[:]  # sorted, hence a heap
         pop, push = heapq.heappop, heapq.heappush
         gpus, est, sd, shape, min_nodes = self.gpus, self.est, self.slowdowns, self.shape, self.min_nodes
-        wuser = self.wuser
-        extra = [0.0] * len(self.wuser_base)
+        fwt = self.fair_weight
         n_nodes = len(nf)
         seq = len(heap)
         t = now
-        jct = comm = 0.0
+        jct = fj = comm = 0.0
         startable = -1
         if rec is not None:
             starts = [0.0] * self.size
@@ -496,13 +560,13 @@ class LookAhead:
             push(heap, (t + run, seq, alloc, g))
             seq += 1
             jct += t - now + run
+            fj += fwt[i] * (t - now + run)
             comm += (s - 1.0) * est[i] * g
-            extra[wuser[i]] += t - now
             if rec is not None:
                 starts[i], slow[i], used[i] = t, s, k
         if startable < 0:
             startable = len(order)
-        cost = self._cost(jct, comm, extra, len(order), rec)
+        cost = self._cost(jct, fj, comm, len(order), rec)
         if rec is not None:
             rec.update(start=starts, slowdown=slow, nodes=used, startable=startable, now=list(order[:startable]))
         return cost
@@ -522,7 +586,8 @@ class LookAhead:
 
     def seeds(self) -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
         """Heuristic starting solutions: FIFO, shortest estimate first, fit-now-first, the
-        window's own interleaved order; each with no packing, plus the best-looking one
+        window's own interleaved order and, with fairness W > 0, estimate / urgency
+        ascending (Smith's rule for the blended cost); each with no packing, plus the best-looking one
         with every flexible job packed (evaluated by the caller)."""
         n = self.size
         state = self.state
@@ -533,10 +598,14 @@ class LookAhead:
         shortest = tuple(sorted(range(n), key=lambda i: (self.est[i], seq[i])))
         fit_now = tuple(sorted(range(n), key=lambda i: (self.gpus[i] > self.total_free, self.est[i] * self.gpus[i], seq[i])))
         mixed = tuple(range(n))
+        orders = [by_arrival, shortest, fit_now, mixed]
+        if self.fairness > 0:
+            u = self.urgency
+            orders.append(tuple(sorted(range(n), key=lambda i: (self.est[i] / u[i], seq[i]))))
         spread = (False,) * n
         packed = tuple(i in set(self.flexible) for i in range(n))
         out = []
-        for order in (by_arrival, shortest, fit_now, mixed):
+        for order in orders:
             for p in (spread, packed) if self.flexible else (spread,):
                 if (order, p) not in out:
                     out.append((order, p))

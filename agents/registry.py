@@ -1,18 +1,24 @@
 """Policy names, as the CLI and the config file spell them.
 
-A name is a preset (``fifo``, ``slurm``, ...) or a composition ``ORDER+PLACER`` with an
-optional ``+backfill``, e.g. ``sjf+consolidate+backfill``.
+A name is a preset (``fifo``, ``slurm``, ...), a learned policy (``attentive``, ...) or a
+composition ``ORDER+PLACER`` with an optional ``+backfill``, e.g.
+``sjf+consolidate+backfill``; any of them followed by parameters where the policy takes
+some (``portfolio:fairness=0.5``, ``attentive:model=best.pt``; see `spec`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
+from .objective import DEFAULT_FAIRNESS
 from .policy import Policy, Scheduler
+from .spec import BadPolicyName, Parameter, PolicySpec, model_file, parse, unit_interval
 
-__all__ = ["ALL", "LEARNED", "ORDERS", "PLACERS", "PRESETS", "Preset", "UnknownPolicy", "make_policy", "runnable",
-           "unsupported"]
+__all__ = ["ALL", "LEARNED", "ORDERS", "PLACERS", "PRESETS", "Preset", "UnknownPolicy", "expand", "make_policy",
+           "parameters", "parse_name", "runnable", "unsupported"]
 
 
 @dataclass(frozen=True)
@@ -50,33 +56,96 @@ LEARNED: dict[str, str] = {
 ALL = tuple(PRESETS) + tuple(LEARNED)
 
 
-class UnknownPolicy(ValueError):
+class UnknownPolicy(BadPolicyName):
     pass
 
 
-def make_policy(spec: str, seed: int = 0, model: str | None = None) -> Policy:
-    """Build a policy from its name; ``UnknownPolicy`` lists what exists. ``model`` is the
-    model file of a learned policy (``None``: the shipped one)."""
-    if spec in LEARNED:
-        from .learned import load_learned  # torch is imported only when asked for
+FAIRNESS = Parameter(
+    "fairness", "how much the worst-off users are protected: 0 = completion time only, 1 = as much as possible",
+    "a number from 0 to 1", unit_interval, f"{DEFAULT_FAIRNESS:g}")
+AGENT_FAIRNESS = Parameter(
+    "fairness", FAIRNESS.summary + "; an input of the network, so only a model trained with it takes it",
+    FAIRNESS.accepted, unit_interval, "none: the shipped model predates the input")
+MODEL = Parameter("model", "the model file to run (`attentived train --out`)", "an existing model file", model_file,
+                  "the shipped model")
 
-        return load_learned(spec, model, seed=seed)
-    if spec in PRESETS:
-        p = PRESETS[spec]
-        return Scheduler(ORDERS[p.order](seed), PLACERS[p.placer](seed), p.backfill, name=spec)
-    parts = spec.split("+")
+LEARNED_PARAMETERS: dict[str, dict[str, Parameter]] = {
+    "attentive": {"fairness": AGENT_FAIRNESS, "model": MODEL},
+    "deeprm": {"model": MODEL},
+    "proximity-drl": {"model": MODEL},
+}
+"""What each learned policy takes; the look-ahead orders take ``fairness`` (`parameters`)."""
+
+
+def _composition(name: str) -> tuple[str, str, bool] | None:
+    """(order, placer, backfill) of a preset or an ``ORDER+PLACER[+backfill]`` name."""
+    if name in PRESETS:
+        p = PRESETS[name]
+        return p.order, p.placer, p.backfill
+    parts = name.split("+")
     backfill = parts[-1] == "backfill"
     if backfill:
         parts = parts[:-1]
     if len(parts) == 1:
         parts.append("first-fit")
     if len(parts) != 2 or parts[0] not in ORDERS or parts[1] not in PLACERS:
+        return None
+    return parts[0], parts[1], backfill
+
+
+def parameters(name: str) -> Mapping[str, Parameter] | None:
+    """The parameters policy ``name`` (without parameters) takes; ``None`` when no such
+    policy exists."""
+    if name in LEARNED:
+        return LEARNED_PARAMETERS[name]
+    parts = _composition(name)
+    if parts is None:
+        return None
+    return {"fairness": FAIRNESS} if parts[0] in SEARCH_ORDERS else {}
+
+
+def parse_name(text: str) -> PolicySpec:
+    """The policy ``text`` names, its parameters checked (`BadPolicyName`, `UnknownPolicy`)."""
+    spec = parse(text, parameters)
+    if parameters(spec.base) is None:
         raise UnknownPolicy(
-            f"unknown policy {spec!r}: use a preset ({', '.join(PRESETS)}), a learned policy "
+            f"unknown policy {spec.base!r}: use a preset ({', '.join(PRESETS)}), a learned policy "
             f"({', '.join(LEARNED)}) or ORDER+PLACER[+backfill] "
             f"with ORDER in {', '.join(ORDERS)} and PLACER in {', '.join(PLACERS)}"
         )
-    return Scheduler(ORDERS[parts[0]](seed), PLACERS[parts[1]](seed), backfill, name=spec)
+    return spec
+
+
+def expand(requested: Sequence[str]) -> list[str]:
+    """Canonical names of ``requested``, ``all`` expanded to `ALL`. A policy named twice
+    (in any spelling) is an error; one that ``all`` also brings runs once."""
+    named = [parse_name(p).name for p in requested if p != "all"]
+    repeated = sorted({n for n in named if named.count(n) > 1})
+    if repeated:
+        raise BadPolicyName(f"policy {repeated[0]} given twice")
+    out = [n for p in requested for n in (ALL if p == "all" else [parse_name(p).name])]
+    return list(dict.fromkeys(out))
+
+
+def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
+    """Build a policy from its name (with parameters); `UnknownPolicy` lists what exists,
+    `BadPolicyName` says what a parameter accepts. ``model`` is the model file of a
+    learned policy named without ``model=`` (``None``: the shipped one). The policy's
+    ``name`` is the canonical spelling (`PolicySpec.name`)."""
+    spec = parse_name(text)
+    params = spec.kwargs()
+    parts = _composition(spec.base)
+    if parts is None:  # a learned policy (parse_name refused every other name)
+        from .learned import load_learned  # torch is imported only when asked for
+
+        path = params.get("model", model)
+        policy = load_learned(spec.base, None if path is None else str(path), seed=seed,
+                              fairness=cast("float | None", params.get("fairness")))
+    else:
+        order, placer, backfill = parts
+        policy = Scheduler(ORDERS[order](seed, **params), PLACERS[placer](seed), backfill, name=spec.base)
+    policy.name = spec.name
+    return policy
 
 
 def unsupported(policy: Policy, topology) -> str | None:

@@ -39,11 +39,11 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 @contextmanager
 def _bad_input() -> Iterator[None]:
     """Turn input errors (trace, cluster, policy names) into one line on stderr and exit 2."""
-    from attentived.agents.registry import UnknownPolicy
+    from attentived.agents.spec import BadPolicyName
     from attentived.simulator.trace import TraceError
     from attentived.topology import TopologyParseError
 
-    errors: tuple[type[Exception], ...] = (TraceError, TopologyParseError, UnknownPolicy)
+    errors: tuple[type[Exception], ...] = (TraceError, TopologyParseError, BadPolicyName)
     try:
         yield
     except FileNotFoundError as e:
@@ -135,7 +135,7 @@ def replay(
     Same decision code as the live daemon. Prints a table (or --json) of JCT, waiting
     time, fairness (Jain over users' mean waits), communication cost and utilization.
     """
-    from attentived.agents.registry import ALL, make_policy, runnable
+    from attentived.agents.registry import expand, make_policy, runnable
     from attentived.simulator.replay import replay as run_replay
     from attentived.simulator.samples import sample_path
     from attentived.simulator.trace import load_trace, parse_duration
@@ -157,11 +157,10 @@ def replay(
             raise _fail(f"--load-scale must be positive (got {load_scale})")
         if max_jobs is not None and max_jobs < 1:
             raise _fail(f"--max-jobs must be at least 1 (got {max_jobs})")
-        names = [n for p in policy for n in (ALL if p == "all" else [p])]
-        names = list(dict.fromkeys(names))
+        names = expand(policy)
         policies = [make_policy(n, seed, model=str(model) if model else None) for n in names]
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
-        policies, notes = runnable(names, policies, set(policy) - {"all"}, topo)
+        policies, notes = runnable(names, policies, set(expand([p for p in policy if p != "all"])), topo)
         for note in notes:
             typer.echo(note, err=True)
         tr = load_trace(
@@ -212,12 +211,14 @@ def topology(
 
 @app.command()
 def policies() -> None:
-    """List the policies `replay --policy` accepts: presets, job orders and placers."""
-    from attentived.agents.registry import LEARNED, ORDERS, PLACERS, PRESETS
+    """List the policies `--policy` and the daemon's `policy =` accept: presets, learned
+    policies, job orders, placers, and the parameters each takes (NAME:KEY=VALUE)."""
+    from attentived.agents.registry import LEARNED, ORDERS, PLACERS, PRESETS, parameters
 
     from .render import policy_list
 
-    policy_list(PRESETS, ORDERS, PLACERS, LEARNED)
+    taking = {n: parameters(n) for n in (*PRESETS, *LEARNED)}
+    policy_list(PRESETS, ORDERS, PLACERS, LEARNED, {n: p for n, p in taking.items() if p})
 
 
 
@@ -276,6 +277,8 @@ def compare(
                 result = cmp.compare(workloads, topo, names, range(seeds), workers=workers, on_done=on_done)
         except cmp.CompareError as e:
             raise _fail(str(e)) from None
+        except cmp.RunError as e:
+            raise _fail(str(e), 1) from None
     if out is not None:
         typer.echo(f"wrote {', '.join(str(f) for f in cmp.write_outputs(result, out))}", err=True)
     typer.echo(json.dumps(result.as_json(), indent=2)) if as_json else comparison_tables(result)
@@ -363,7 +366,7 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print the same JSON shape as `replay --json` (means over seeds)."),
 ) -> None:
     """Evaluate a trained model against the baselines: the same table and JSON as `replay`."""
-    from attentived.agents.registry import PRESETS
+    from attentived.agents.registry import PRESETS, expand
     from attentived.simulator.samples import sample_path
     from attentived.simulator.trace import load_trace, parse_duration
     from attentived.training.ppo import evaluate as run_evaluation
@@ -385,7 +388,7 @@ def evaluate(
                     raise _fail(f"--{opt}: {e}") from None
         tr = load_trace(sample_path("philly") if trace is None else trace, start=window["start"], end=window["end"])
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
-        ev = run_evaluation(model, tr, topo, seeds=tuple(range(seeds)), baselines=policy or tuple(PRESETS))
+        ev = run_evaluation(model, tr, topo, seeds=tuple(range(seeds)), baselines=expand(policy) or tuple(PRESETS))
     doc = ev.as_json()
     if as_json:
         from attentived.simulator.metrics import SUMMARY_KEYS
@@ -558,7 +561,8 @@ def shadow_report(
 ) -> None:
     """Compare Slurm as observed in shadow mode with attentived's policy replayed on the same
     arrivals: projected change in JCT, wait fairness (Jain) and communication cost."""
-    from attentived.agents.registry import UnknownPolicy, make_policy
+    from attentived.agents.registry import make_policy
+    from attentived.agents.spec import BadPolicyName
     from attentived.daemon.config import is_learned
     from attentived.daemon.observe import ShadowError, read_observations
     from attentived.ops import inspect as ins
@@ -584,17 +588,12 @@ def shadow_report(
                                        topology_conf=cfg.topology_conf, slurm_conf=cfg.slurm_conf)
         policies = []
         for name in policy or [cfg.policy]:
-            if is_learned(name):
-                from attentived.agents.learned import load_learned
-
-                policies.append(load_learned("attentive", cfg.model or None, seed=cfg.seed))
-            else:
-                policies.append(make_policy(name, cfg.seed))
+            policies.append(make_policy(name, cfg.seed, model=(cfg.model or None) if is_learned(name) else None))
         report = sh.build_report(rows, topo, policies, since=t0, until=t1,
                                  seed=cfg.seed if seed is None else seed, meta=meta)
     except (ins.InspectError, ShadowError) as e:
         raise _ops_error(e, as_json) from None
-    except UnknownPolicy as e:
+    except BadPolicyName as e:
         raise _ops_error(ins.InspectError(str(e), 2), as_json) from None
     except Exception as e:  # topology files unreadable, a model that does not load
         raise _ops_error(ins.InspectError(f"{type(e).__name__}: {e}"), as_json) from None

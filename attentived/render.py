@@ -116,7 +116,10 @@ def progress_bars(jobs: int) -> Iterator[Callable[[str], Callable[[int], None] |
         yield on_policy
 
 
-def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, learned: Mapping, console: Console | None = None) -> None:
+def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, learned: Mapping, parameters: Mapping,
+                console: Console | None = None) -> None:
+    """Every policy name ``--policy`` takes; ``parameters`` maps a policy to the
+    `Parameter`s it takes (``NAME:KEY=VALUE``)."""
     console = console or _console()
     t = Table(title="presets (`--policy NAME`; `--policy all` runs these)", title_justify="left")
     for c in ("name", "order", "placement", "backfill", "what"):
@@ -124,7 +127,7 @@ def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, learned: Ma
     for name, p in presets.items():
         t.add_row(name, p.order, p.placer, "yes" if p.backfill else "no", p.summary)
     console.print(t)
-    t = Table(title="learned policies (`--policy NAME [--model FILE]`)", title_justify="left")
+    t = Table(title="learned policies (`--policy NAME`, another model: `NAME:model=FILE` or --model FILE)", title_justify="left")
     t.add_column("name")
     t.add_column("what")
     for name, summary in learned.items():
@@ -138,6 +141,14 @@ def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, learned: Ma
             doc = (type(factory(0)).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             t.add_row(name, " ".join(doc.split()))
         console.print(t)
+    t = Table(title="parameters (`--policy NAME:KEY=VALUE[,KEY=VALUE]`, e.g. portfolio:fairness=0.5; "
+                    "compositions of a look-ahead order take its parameters)", title_justify="left")
+    for c in ("policy", "key", "values", "default", "what"):
+        t.add_column(c)
+    for name, params in parameters.items():
+        for p in params.values():
+            t.add_row(name, p.key, p.accepted, p.default, p.summary)
+    console.print(t)
 
 
 def topology_tree(topo, free=None, console: Console | None = None) -> None:

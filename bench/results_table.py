@@ -33,7 +33,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-EXTRA_POLICIES = ("sjf+consolidate+backfill",)
+KNOB_SETTINGS = (0.0, 0.25, 0.5, 0.75, 1.0)
+KNOBS = ("portfolio",)
+EXTRA_POLICIES = ("sjf+consolidate+backfill", *(f"{k}:fairness={w:g}" for k in KNOBS for w in KNOB_SETTINGS))
+"""Besides `all`: backfilled SJF, and each fairness knob over its range (the curve that
+`versus` checks against every other policy)."""
 PHILLY_WINDOWS = ("40d:41d", "48d:49d", "50d:51d")
 SYNTHETIC: dict[str, Any] = dict(num_jobs=800, cluster_gpus=128, load=1.1, seed=0)
 
@@ -124,7 +128,30 @@ def markdown(cmp_result, cluster_text: str) -> str:
                 cells.append(f"**{text}**" if per[p][m].mean == best[m] else text)
             lines.append(f"| {p} | " + " | ".join(cells) + " |")
         lines.append("")
+        lines += knob_lines(per, list(cmp_result.policies))
     return "\n".join(lines)
+
+
+def knob_lines(per: dict, policies: list[str]) -> list[str]:
+    """Per fairness knob: for every other policy, the settings W that are at least as fast
+    and protect the worst-off user at least as well, or the closest W and its shortfall."""
+    from attentived.agents.registry import parse_name
+    from attentived.simulator.pareto import PARETO_AXES, curves, versus
+
+    lines = []
+    for base, curve in curves(policies).items():
+        # the knob's own policy at its default setting is a point of the curve, not a rival
+        points = {p: tuple(per[p][m].mean for m in PARETO_AXES) for p in policies
+                  if p in curve.values() or parse_name(p).base != parse_name(base).base}
+        lines.append(f"{base} over W = {', '.join(f'{w:g}' for w in curve)} against every other policy "
+                     "(avg JCT and worst user wait both at most the other's):")
+        lines.append("")
+        lines.append("| other policy | covered by |")
+        lines.append("|---|---|")
+        for v in versus(curve, points):
+            lines.append(f"| {v.other} | {v.describe()} |")
+        lines.append("")
+    return lines
 
 
 def main(argv=None) -> None:

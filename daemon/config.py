@@ -40,7 +40,7 @@ class Key:
 KEYS: tuple[Key, ...] = (
     Key("interval", "float", 10.0, "Seconds between cycles (snapshot, decide, apply).", minimum=0.05, maximum=86400),
     Key("partitions", "list[str]", [], "Slurm partitions the daemon manages; jobs elsewhere are never touched. Empty: Slurm's default partition."),
-    Key("policy", "str", "fifo+consolidate", "Policy name as `attentived policies` lists it (preset or ORDER+PLACER[+backfill]), or a learned one: `attentive`, or the DRL baselines `deeprm` and `proximity-drl`."),
+    Key("policy", "str", "fifo+consolidate", "Policy name as `attentived policies` lists it (preset or ORDER+PLACER[+backfill]), or a learned one: `attentive`, or the DRL baselines `deeprm` and `proximity-drl`; with parameters as NAME:KEY=VALUE (e.g. `portfolio:fairness=0.5`, `attentive:model=/path/best.pt`). A bad parameter is refused at start and on reload."),
     Key("fallback_policy", "str", "fifo+consolidate", "Heuristic used when `policy` (or its model) cannot be loaded; the daemon says so in logs and metrics."),
     Key("model", "path", "", "Model file for a learned policy (`attentive`, `deeprm`, `proximity-drl`); empty: that policy's shipped model."),
     Key("seed", "int", 0, "Seed for randomized policies.", minimum=0),
@@ -207,7 +207,8 @@ def _coerce(key: Key, raw: Any, source: str) -> Any:
 
 def _check(cfg: Config, source: str) -> None:
     """Checks across keys and those that need more than a type."""
-    from attentived.agents.registry import UnknownPolicy, make_policy
+    from attentived.agents.registry import make_policy, parse_name
+    from attentived.agents.spec import BadPolicyName
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,40}", cfg.reservation_prefix):
         raise ConfigError(f"{source}: reservation_prefix: letters, digits, '.', '_' and '-' only (1-41 characters), got {cfg.reservation_prefix!r}")
@@ -221,21 +222,27 @@ def _check(cfg: Config, source: str) -> None:
         raise ConfigError(f"{source}: metrics_address: not an IP address: {cfg.metrics_address!r}") from None
     for name in ("policy", "fallback_policy"):
         value = getattr(cfg, name)
-        if name == "policy" and is_learned(value):
-            continue
         try:
+            spec = parse_name(value)
+            if name == "policy" and is_learned(value):
+                # the model loads in the policy slot, which falls back if it cannot
+                if "model" in spec.kwargs() and cfg.model:
+                    raise ConfigError(f"{source}: policy: names a model ({value!r}) and so does model ({cfg.model!r}); "
+                                      f"set it in one place")
+                continue
             make_policy(value, seed=cfg.seed)
-        except UnknownPolicy as e:
+        except BadPolicyName as e:
             raise ConfigError(f"{source}: {name}: {e}") from None
     if not cfg.state_dir:
         raise ConfigError(f"{source}: state_dir: must not be empty")
 
 
 def is_learned(policy: str) -> bool:
-    """A policy run from a model file (``attentive`` and the DRL baselines)."""
+    """A policy run from a model file (``attentive`` and the DRL baselines), parameters
+    (``attentive:fairness=0.5``) or not."""
     from attentived.agents.registry import LEARNED
 
-    return policy in LEARNED
+    return policy.partition(":")[0].strip() in LEARNED
 
 
 def render_defaults() -> str:

@@ -12,6 +12,13 @@ finish in; decision times are wall-clock measurements and vary between machines.
 
 Policies are named as for ``replay`` (`agents.registry.make_policy`): the one registry of
 policies; a worker process rebuilds each policy from its name.
+
+Workers are started with multiprocessing's "spawn" method (a fresh interpreter: no forked
+copy of a parent's threads or torch state), which imports the caller's main module again in
+each worker, so a script that calls `compare` must do so under ``if __name__ ==
+"__main__":``. A run that raises, or a worker that dies (killed, out of memory, or such a
+script's worker failing to start), stops every other worker and raises `RunError` naming
+the run and how it ended: a comparison fails, it never hangs, and no worker outlives it.
 """
 
 from __future__ import annotations
@@ -21,26 +28,33 @@ import io
 import json
 import math
 import os
+import pickle
+import signal
+import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import numpy as np
 
-from attentived.agents.registry import ALL, UnknownPolicy, make_policy, runnable
+from attentived.agents.registry import expand, make_policy, runnable
+from attentived.agents.spec import BadPolicyName
 from attentived.atomic import write_folder
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel
 
 from .engine import Simulation, prepare_jobs
 from .metrics import SUMMARY_KEYS, summarize
+from .pareto import PARETO_AXES, curves, pareto_front, versus
 from .trace import Trace, check_fits
 
 __all__ = [
     "METRICS",
     "CompareError",
     "Comparison",
+    "RunError",
     "RunResult",
     "Stat",
     "Workload",
@@ -60,23 +74,17 @@ class CompareError(ValueError):
 
 def policy_names(requested: Sequence[str], topology: Topology | None = None,
                  warn: Callable[[str], None] | None = None) -> list[str]:
-    """Expand ``all`` (every registry preset and learned policy) and drop repeats, keeping
-    the order given. With ``topology``, a policy from ``all`` that cannot run there (a
-    fixed-size network on a larger cluster) is dropped with a note to ``warn``; one named
-    explicitly is a `CompareError`."""
-    out: list[str] = []
-    for p in requested:
-        if p == "all":
-            out.extend(ALL)
-        else:
-            out.append(p)
-    out = list(dict.fromkeys(out))
-    if topology is None:
-        return out
-    built = [make_policy(n) for n in out]
+    """Canonical names (`registry.expand`: ``all`` is every preset and learned policy; a
+    policy named twice is a `CompareError`), in the order given. With ``topology``, a
+    policy from ``all`` that cannot run there (a fixed-size network on a larger cluster)
+    is dropped with a note to ``warn``; one named explicitly is a `CompareError`."""
     try:
-        kept, notes = runnable(out, built, set(requested) - {"all"}, topology)
-    except UnknownPolicy as e:
+        out = expand(requested)
+        if topology is None:
+            return out
+        built = [make_policy(n) for n in out]
+        kept, notes = runnable(out, built, set(expand([p for p in requested if p != "all"])), topology)
+    except BadPolicyName as e:
         raise CompareError(str(e)) from None
     for note in notes:
         (warn or (lambda _: None))(note)
@@ -282,17 +290,152 @@ def _run(task: _Task, workload: Workload, topology: Topology) -> RunResult:
     return RunResult(workload.label, task.policy, task.seed, metrics, result.decisions, result.wall_seconds, jct)
 
 
-# Worker state: the workloads and topology, sent once per worker instead of once per task.
-_WORKER: dict = {}
+class RunError(RuntimeError):
+    """A run did not finish: its policy (or the simulation) raised, or the worker process
+    running it died. `compare` stops every other run first, so nothing is left running."""
 
 
-def _init_worker(workloads: tuple[Workload, ...], topology: Topology) -> None:
-    _WORKER["workloads"] = workloads
-    _WORKER["topology"] = topology
+def _label(task: _Task, workloads: Sequence[Workload]) -> str:
+    return f"{workloads[task.workload].label} / {task.policy} / seed {task.seed}"
 
 
-def _run_in_worker(task: _Task) -> RunResult:
-    return _run(task, _WORKER["workloads"][task.workload], _WORKER["topology"])
+def _run_or_fail(task: _Task, workloads: Sequence[Workload], topology: Topology) -> RunResult:
+    try:
+        return _run(task, workloads[task.workload], topology)
+    except Exception as e:
+        raise RunError(f"run {_label(task, workloads)} failed: {type(e).__name__}: {e}") from e
+
+
+# ---- worker processes ----
+#
+# A small pool of our own rather than a ProcessPoolExecutor, for three things it does not
+# give (Python 3.11): which run a dead worker was running and how it died; stopping the
+# other runs at once; and a worker that dies while starting, before it has read its
+# arguments, failing the comparison instead of hanging it (the spawn start method writes a
+# process's arguments down a pipe whose reading end the parent itself holds open until the
+# write ends: past the pipe's 64 KiB, a child that died blocks that write for ever). So a
+# worker's arguments are only its end of a pipe; the workloads follow on the pipe, pickled
+# once for all workers.
+
+
+def _work(conn: Connection) -> None:
+    """A worker: read the workloads and topology, say "ready", then answer each task with
+    ("done", RunResult) or ("failed", summary, traceback) until the parent closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers
+    try:
+        workloads, topology = conn.recv()
+        conn.send(("ready",))
+        while True:
+            task = conn.recv()
+            try:
+                conn.send(("done", _run(task, workloads[task.workload], topology)))
+            except Exception as e:
+                conn.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
+    except (EOFError, OSError):  # the parent is done with this worker, or gone
+        return
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    task: _Task | None = None
+    ready: bool = False
+
+
+def _run_in_workers(
+    tasks: Sequence[_Task], workloads: Sequence[Workload], topology: Topology, workers: int,
+    on_done: Callable[[RunResult], None] | None,
+) -> dict[_Task, RunResult]:
+    """Run ``tasks`` in that order on ``workers`` spawned processes; the first failure or
+    death raises `RunError`, and no worker outlives the call."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    todo = list(reversed(tasks))
+    pool: list[_Worker] = []
+    results: dict[_Task, RunResult] = {}
+
+    def give(w: _Worker) -> None:
+        w.task = todo.pop() if todo else None
+        if w.task is not None:
+            _send(w, pickle.dumps(w.task), workloads)
+
+    try:
+        for _ in range(min(workers, len(tasks))):
+            ours, theirs = ctx.Pipe()
+            process = ctx.Process(target=_work, args=(theirs,), name="attentived-compare", daemon=True)
+            process.start()
+            theirs.close()  # so the worker's death reads as the end of the pipe
+            pool.append(_Worker(process, ours))
+        shared = pickle.dumps((tuple(workloads), topology), protocol=pickle.HIGHEST_PROTOCOL)
+        for w in pool:
+            _send(w, shared, workloads)
+            give(w)
+        while busy := [w for w in pool if w.task is not None]:
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            for w in busy:
+                if w.conn not in ready and w.process.sentinel not in ready:
+                    continue
+                try:
+                    message = w.conn.recv() if w.conn.poll() else None
+                except (EOFError, OSError):
+                    message = None
+                if message is None:
+                    raise _died(w, workloads)
+                if message[0] == "ready":
+                    w.ready = True
+                elif message[0] == "failed":
+                    assert w.task is not None
+                    error = RunError(f"run {_label(w.task, workloads)} failed in a worker process: {message[1]}")
+                    error.add_note(f"the worker's traceback:\n{message[2].rstrip()}")
+                    raise error
+                else:
+                    assert w.task is not None
+                    results[w.task] = message[1]
+                    if on_done:
+                        on_done(message[1])
+                    give(w)
+    finally:
+        for w in pool:
+            w.conn.close()
+            if w.process.is_alive():
+                w.process.terminate()
+            w.process.join()
+    return results
+
+
+def _send(w: _Worker, message: bytes, workloads: Sequence[Workload]) -> None:
+    """One pickled message to a worker (what its ``conn.recv()`` reads); a broken pipe is
+    its death."""
+    try:
+        w.conn.send_bytes(message)
+    except OSError:
+        raise _died(w, workloads) from None
+
+
+def _died(w: _Worker, workloads: Sequence[Workload]) -> RunError:
+    """The error for a worker that exited without answering (waits for it to be gone)."""
+    w.process.join()
+    code = w.process.exitcode
+    how = f"exit code {code}"
+    if code is not None and code < 0:
+        how = f"killed by {signal.Signals(-code).name}" if -code in signal.valid_signals() else f"killed by signal {-code}"
+    if w.ready:
+        assert w.task is not None
+        what = f"the worker process running {_label(w.task, workloads)} died ({how})"
+    else:
+        what = f"a worker process exited while starting ({how}), before running anything"
+    if code == -signal.SIGKILL:
+        return RunError(f"{what} (out of memory? the kernel's OOM killer sends SIGKILL)")
+    if not w.ready:
+        return RunError(
+            f"{what}; its own error, if any, is on stderr above. compare starts its workers with multiprocessing's "
+            "'spawn' method, which runs the calling script's main module again in each worker: a script that calls "
+            "compare() must do so under `if __name__ == \"__main__\":` (see 'Safe importing of main module' in "
+            "Python's multiprocessing docs)"
+        )
+    return RunError(what)
 
 
 @dataclass(frozen=True)
@@ -328,6 +471,12 @@ class Comparison:
                 w: pareto_front({p: tuple(ms[m].mean for m in PARETO_AXES) for p, ms in ps.items()})
                 for w, ps in self.stats().items()
             },
+            "knobs": {
+                w: {base: {"settings": {f"{x:g}": name for x, name in curve.items()},
+                           "versus": {v.other: v.as_json() for v in versus(curve, _points(ps))}}
+                    for base, curve in curves(list(self.policies)).items()}
+                for w, ps in self.stats().items()
+            },
             "runs": [
                 {"workload": r.workload, "policy": r.policy, "seed": r.seed, "decisions": r.decisions,
                  "wall_seconds": r.wall_seconds, **r.metrics}
@@ -336,18 +485,9 @@ class Comparison:
         }
 
 
-#: The trade-off a fair and efficient scheduler is judged on: average completion time
-#: against the worst-off user's mean wait (both lower is better).
-PARETO_AXES = ("avg_jct", "max_user_wait")
-
-
-def pareto_front(points: dict[str, tuple[float, ...]]) -> list[str]:
-    """The policies no other policy dominates (at least as good on every axis, better on
-    one; lower is better), in the order given."""
-    def dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
-
-    return [p for p, v in points.items() if not any(dominates(w, v) for q, w in points.items() if q != p)]
+def _points(per: dict[str, dict[str, Stat]]) -> dict[str, tuple[float, ...]]:
+    """Each policy's mean on the `PARETO_AXES`."""
+    return {p: tuple(ms[m].mean for m in PARETO_AXES) for p, ms in per.items()}
 
 
 def compare(
@@ -379,31 +519,17 @@ def compare(
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise CompareError(f"workers must be at least 1 (got {workers})")
-    results: dict[tuple[int, str, int], RunResult] = {}
     if workers == 1 or len(tasks) == 1:
+        results: dict[_Task, RunResult] = {}
         for t in tasks:
-            r = _run(t, workloads[t.workload], topology)
-            results[(t.workload, t.policy, t.seed)] = r
+            results[t] = _run_or_fail(t, workloads, topology)
             if on_done:
-                on_done(r)
+                on_done(results[t])
     else:
-        import multiprocessing
-
         # Big workloads first, so the pool does not end waiting on one long run.
         ordered = sorted(tasks, key=lambda t: -len(workloads[t.workload].trace.jobs))
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker,
-            initargs=(tuple(workloads), topology),
-        ) as pool:
-            futures = {pool.submit(_run_in_worker, t): t for t in ordered}
-            for fut in as_completed(futures):
-                t = futures[fut]
-                r = fut.result()
-                results[(t.workload, t.policy, t.seed)] = r
-                if on_done:
-                    on_done(r)
-    runs = tuple(results[(t.workload, t.policy, t.seed)] for t in tasks)
+        results = _run_in_workers(ordered, workloads, topology, workers, on_done)
+    runs = tuple(results[t] for t in tasks)
     return Comparison(topology, tuple(workloads), tuple(policies), tuple(seeds), runs)
 
 
@@ -494,20 +620,43 @@ def _plots(cmp: Comparison, folder: Path) -> None:
         fig.savefig(folder / f"cdf_jct_{_slug(wl.label)}.png", dpi=100)
         plt.close(fig)
 
-        per = stats[wl.label]
-        front = set(pareto_front({p: tuple(per[p][m].mean for m in PARETO_AXES) for p in names}))
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        _pareto_plot(stats[wl.label], names, wl.label, folder / f"pareto_{_slug(wl.label)}.png")
+
+
+def _pareto_plot(per: dict[str, dict[str, Stat]], names: list[str], label: str, path: Path) -> None:
+    """Avg JCT against the worst-off user's mean wait (left; the front joined in grey) and
+    against Jain over users' slowdowns (right). A fairness knob run at several settings is
+    one line through its points, each marked with its W."""
+    import matplotlib.pyplot as plt
+
+    front = set(pareto_front({p: tuple(per[p][m].mean for m in PARETO_AXES) for p in names}))
+    knobs = curves(names)
+    on_curve = {name for c in knobs.values() for name in c.values()}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, metric, ylabel in ((axes[0], "max_user_wait", "worst-off user's mean wait (h)"),
+                               (axes[1], "jain_slowdown", "Jain over users' mean slowdown (higher is fairer)")):
+        scale = 1 / 3600 if metric == "max_user_wait" else 1.0
         for k, p in enumerate(names):
-            x_, y_ = per[p]["avg_jct"].mean / 3600, per[p]["max_user_wait"].mean / 3600
+            x_, y_ = per[p]["avg_jct"].mean / 3600, per[p][metric].mean * scale
             ax.scatter([x_], [y_], color=f"C{k % 10}", marker="o" if p in front else "x", s=40)
-            ax.annotate(p, (x_, y_), fontsize=7, xytext=(3, 3), textcoords="offset points",
-                        fontweight="bold" if p in front else "normal")
-        pts = sorted((per[p]["avg_jct"].mean / 3600, per[p]["max_user_wait"].mean / 3600) for p in front)
-        ax.plot([a for a, _ in pts], [b for _, b in pts], color="0.5", linewidth=1, zorder=0)
+            if p not in on_curve:
+                ax.annotate(p, (x_, y_), fontsize=7, xytext=(3, 3), textcoords="offset points",
+                            fontweight="bold" if p in front else "normal")
+        for k, (base, curve) in enumerate(knobs.items()):
+            xs = [per[n]["avg_jct"].mean / 3600 for n in curve.values()]
+            ys = [per[n][metric].mean * scale for n in curve.values()]
+            ax.plot(xs, ys, color=f"C{(k + 3) % 10}", linewidth=1.5, label=f"{base} over W")
+            for w, x_, y_ in zip(curve, xs, ys):
+                ax.annotate(f"W={w:g}", (x_, y_), fontsize=7, xytext=(3, -9), textcoords="offset points")
+        if metric == "max_user_wait":
+            pts = sorted((per[p]["avg_jct"].mean / 3600, per[p][metric].mean * scale) for p in front)
+            ax.plot([a for a, _ in pts], [b for _, b in pts], color="0.5", linewidth=1, zorder=0)
         ax.set_xlabel("avg JCT (h)")
-        ax.set_ylabel("worst-off user's mean wait (h)")
-        ax.set_title(f"Efficiency vs the worst-off user - {wl.label} (o, bold: Pareto front)", fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(folder / f"pareto_{_slug(wl.label)}.png", dpi=100)
-        plt.close(fig)
+        if knobs:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"Efficiency vs fairness - {label} (o, bold: Pareto front of avg JCT and worst-off wait)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -226,3 +226,40 @@ def test_start_once_without_slurm_ends_with_one_plain_error_line(tmp_path):
     r = cli("start", "--once", "--dry-run", "-c", str(conf))
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1 and "scontrol: command not found" in last and "slurmctld is running" in last
+
+
+def _policy_args(command: str) -> list[str]:
+    from attentived.agents.learned import default_model_path
+
+    return {"replay": ["replay", "--sample", "tiresias-60", "--max-jobs", "5"],
+            "compare": ["compare", "--sample", "tiresias-60", "--seeds", "1", "--workers", "1"],
+            "evaluate": ["evaluate", str(default_model_path("attentive")), "--start", "40d", "--end", "40.05d"]}[command]
+
+
+@pytest.mark.parametrize("name,words", [
+    ("attentive:fairness=2", ["'attentive'", "fairness='2'", "from 0 to 1"]),
+    ("attentive:fair=0.5", ["'attentive'", "'fair'", "it takes fairness", "model"]),
+    ("fifo:fairness=0.5", ["'fifo'", "takes no parameters"]),
+    ("attentive:model=missing.pt", ["'attentive'", "model='missing.pt'", "an existing model file"]),
+    ("attentive:fairness=0.5", ["attentive-default.pt", "without the fairness input"]),
+])
+@pytest.mark.parametrize("command", ["replay", "compare", "evaluate"])
+def test_bad_policy_parameters_exit_2_naming_policy_key_and_accepted(command, name, words):
+    r = cli(*_policy_args(command), "--policy", name)
+    assert r.returncode == 2, r.stderr
+    assert all(w in r.stderr for w in words), r.stderr
+
+
+def test_a_checkpoint_is_a_policy_parameter_and_results_use_the_full_name():
+    from attentived.agents.learned import default_model_path
+
+    model = default_model_path("attentive")
+    r = cli("replay", "--sample", "tiresias-60", "--max-jobs", "30", "--json",
+            "-p", "attentive", "-p", f"attentive:model={model}", "-p", "fifo")
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(r.stdout)["policies"]
+    assert list(runs) == ["attentive", f"attentive:model={model}", "fifo"]
+    # the same model under two names decides the same
+    assert runs["attentive"]["avg_jct"] == runs[f"attentive:model={model}"]["avg_jct"]
+    r = cli("replay", "--sample", "tiresias-60", "--max-jobs", "5", "-p", "sjf", "-p", "fifo", "-p", "sjf")
+    assert r.returncode == 2 and "policy sjf given twice" in r.stderr

@@ -55,6 +55,11 @@ class PPOConfig:
     tiresias_share: float = 0.1  # fraction of episodes drawn from the Tiresias job list
     curriculum: tuple[Stage, ...] = DEFAULT_CURRICULUM
     reward: RewardWeights = field(default_factory=RewardWeights)
+    # Preference conditioning: each episode draws its fairness setting W from this range
+    # and the network reads W (one model for every W; validated at VALIDATION_FAIRNESS).
+    # None: W = 1 for every episode and no W input (the DRL baselines).
+    fairness_range: tuple[float, float] | None = None
+    teacher: str = "smallest-gpu-time"  # training.teacher.TEACHERS: "look-ahead" follows each episode's W
     # model
     net: NetConfig = field(default_factory=NetConfig)  # attentive
     mlp: MlpConfig = field(default_factory=MlpConfig)  # deeprm, proximity-drl
@@ -116,6 +121,10 @@ class PPOConfig:
         steps = self.bc_until * (horizon or self.total_steps)
         anneal = max(0.0, 1.0 - global_step / steps) if steps > 0 else 0.0
         return self.bc_floor + (self.bc_coef - self.bc_floor) * anneal
+
+    def __post_init__(self) -> None:
+        if self.fairness_range is not None and not 0.0 <= self.fairness_range[0] <= self.fairness_range[1] <= 1.0:
+            raise ValueError(f"fairness_range must be [lo, hi] within [0, 1], got {list(self.fairness_range)}")
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))

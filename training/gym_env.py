@@ -31,20 +31,47 @@ node_valid     MultiBinary(max_nodes)             row is a node of this cluster
 candidates     (max_candidates, CANDIDATE_FEAT.)  one row per candidate placement
 share          (max_candidates, max_nodes)        fraction of the job on each node
 action_mask    MultiBinary(actions)               legal actions in this phase
+fairness       Box(0, 1, (1,))                    the episode's fairness setting W
 =============  =================================  =========================================
 
 The reward is `attentived.training.reward` (JCT, fairness of waiting, communication cost;
-weights in `RewardWeights`), paid when the simulation moves. ``info`` carries the step's
+weights in `RewardWeights`, the fairness term scaled by W), paid when the simulation
+moves. ``fairness`` is W, or a range W is drawn from (uniformly, by the environment's
+RNG) at each reset: a preference-conditioned agent reads it from the observation and
+learns the whole range with one network. ``info`` carries the step's
 reward terms, and at the end of an episode ``info["metrics"]`` (the
 `attentived.simulator.metrics.summarize` dict) and ``info["episode_name"]``.
 
+`SchedulingEnv.phase` says which phase the next action is for (the same number as
+``obs["phase"]``, read-only: only `step` moves it). A job phase ends with WAIT (the
+simulation moves to the next event, and a new job phase begins) or with a job, which
+opens its GPU phase; a GPU phase ends with a start, after which the next phase is a job
+phase again (the same instant while jobs still fit, else the next event). A masked action
+changes nothing, the phase included; ``reset`` starts in a job phase.
+
+Seeding: ``reset(seed=s)`` seeds the environment's RNG, which draws the episode (and the
+episode's time limits and models), so the same seed and the same actions give the same
+observations, rewards and ``info``. The simulation itself draws nothing. Episodes end
+with ``terminated`` when every job has finished; the environment never truncates.
+
+Gymnasium id ``attentived/Scheduling-v0``: importing `attentived.training` registers it.
+Gymnasium 1.x reads no plugin entry points, so the import is what registers it; the id
+with a module in front, ``"attentived.training:attentived/Scheduling-v0"``, makes
+``gymnasium.make`` import it first. Keyword arguments of ``gymnasium.make`` go to
+`SchedulingEnv`; without ``episodes``, an episode is a random window of the bundled
+Philly dev trace's first 30 days (`TraceWindows.philly`). ``gymnasium.make`` wraps the
+environment (order enforcing, the passive checker): reach `phase`, `action_masks` and the
+other attributes through ``env.unwrapped``.
+
 Usage::
 
-    from attentived.training.gym_env import SchedulingEnv, TraceWindows
-    env = SchedulingEnv(TraceWindows.philly(days=(0, 30)))
+    import gymnasium
+    import attentived.training  # registers attentived/Scheduling-v0
+
+    env = gymnasium.make("attentived/Scheduling-v0", max_nodes=4)
     obs, info = env.reset(seed=0)
     while True:
-        action = env.action_space.sample(mask=env.action_masks().astype("int8"))
+        action = env.action_space.sample(mask=obs["action_mask"])
         obs, reward, terminated, truncated, info = env.step(action)
         if terminated:
             break
@@ -182,15 +209,21 @@ class SchedulingEnv(gym.Env):
 
     def __init__(
         self,
-        episodes: EpisodeSampler,
+        episodes: EpisodeSampler | None = None,
         *,
         window: int = DEFAULT_WINDOW,
         max_nodes: int = 32,
         max_candidates: int = MAX_CANDIDATES,
         reward: RewardWeights = RewardWeights(),
         invalid_penalty: float = 0.01,
+        fairness: float | tuple[float, float] = 1.0,
     ) -> None:
-        self.episodes = episodes
+        lo, hi = fairness if isinstance(fairness, tuple) else (fairness, fairness)
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"fairness must be a setting or a range within [0, 1], got {fairness}")
+        self.fairness_range = (float(lo), float(hi))
+        self._fairness = float(lo)
+        self.episodes = episodes if episodes is not None else TraceWindows.philly()
         self.invalid_penalty = invalid_penalty
         self.encoder = FeatureEncoder(window, max_candidates)
         self.window, self.max_nodes, self.max_candidates = window, max_nodes, max_candidates
@@ -210,17 +243,20 @@ class SchedulingEnv(gym.Env):
                 "candidates": spaces.Box(-_BOUND, _BOUND, (max_candidates, CANDIDATE_FEATURES), f32),
                 "share": spaces.Box(0.0, 1.0, (max_candidates, max_nodes), f32),
                 "action_mask": spaces.MultiBinary(n_actions),
+                "fairness": spaces.Box(0.0, 1.0, (1,), f32),
             }
         )
         self.action_space: spaces.Discrete = spaces.Discrete(n_actions)
         self.sim: Simulation | None = None
-        self.phase = 0
+        self._phase = 0
 
     # ---- gymnasium API ----
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
         self.episode = self.episodes(self.np_random)
+        lo, hi = self.fairness_range
+        self._fairness = float(self.np_random.uniform(lo, hi)) if hi > lo else lo
         if len(self.episode.topology.nodes) > self.max_nodes:
             raise ValueError(
                 f"episode {self.episode.name} has {len(self.episode.topology.nodes)} nodes, "
@@ -229,7 +265,7 @@ class SchedulingEnv(gym.Env):
         self._by_id = {s.job.job_id: s for s in self.episode.jobs}
         self.sim = Simulation(self.episode.jobs, self.episode.topology)
         self.sim.reset()
-        self.tracker = RewardTracker(self.episode.jobs, self.weights)
+        self.tracker = RewardTracker(self.episode.jobs, self.weights, self._fairness)
         self._gpu: GpuView | None = None
         self._slot = 0
         state = self.sim.next_decision()
@@ -253,7 +289,7 @@ class SchedulingEnv(gym.Env):
             self._slot = action
             job = self.ctx.state.pending[int(self.jobs.index[action])]
             self._gpu = self.encoder.gpus(self.ctx, job)
-            self.phase = 1
+            self._phase = 1
             done = False
         else:
             job = self.ctx.state.pending[int(self.jobs.index[self._slot])]
@@ -274,6 +310,18 @@ class SchedulingEnv(gym.Env):
             info["metrics"] = summarize(self.sim.result().records, self.episode.topology.num_gpus)
             info["episode_name"] = self.episode.name
         return self._obs(), terms.total, done, False, info
+
+    @property
+    def phase(self) -> int:
+        """The phase the next action is for: 0 job phase (a slot or WAIT), 1 GPU phase (a
+        candidate for the chosen job); ``obs["phase"]``."""
+        return self._phase
+
+    @property
+    def fairness(self) -> float:
+        """This episode's fairness setting W (``obs["fairness"]``): the weight of the
+        reward's fairness term, drawn from ``fairness_range`` at each reset."""
+        return self._fairness
 
     @property
     def state(self) -> ClusterState:
@@ -311,7 +359,7 @@ class SchedulingEnv(gym.Env):
         """A new job phase on ``state``."""
         self.ctx = Context.of(state)
         self.jobs: JobView = self.encoder.jobs(self.ctx)
-        self.phase = 0
+        self._phase = 0
         self._gpu = None
         self._slot = 0
 
@@ -319,7 +367,7 @@ class SchedulingEnv(gym.Env):
         assert self.sim is not None
         terms = self.tracker.advance(self.sim.now, state)
         if state is None:
-            self.phase = 0
+            self._phase = 0
             return terms, True
         self._enter(state)
         return terms, False
@@ -349,4 +397,5 @@ class SchedulingEnv(gym.Env):
             "candidates": cands,
             "share": share,
             "action_mask": self.action_masks().astype(np.int8),
+            "fairness": np.array([self._fairness], np.float32),
         }

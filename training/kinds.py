@@ -21,7 +21,7 @@ proximity-drl     `ProximityNet` (MLP over   `GpuByGpuEnv` (FIFO order,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attentived.agents.checkpoint import Net
@@ -40,21 +40,21 @@ class AgentKind:
 
     make_net: Callable[[PPOConfig], Net]
     make_env: Callable[[PPOConfig, EpisodeSampler], SchedulingEnv | GpuByGpuEnv]
-    teacher: Callable[[Any], int]
+    teacher: Callable[[Any, str], int]  # (environment, PPOConfig.teacher) -> the teacher's action
     defaults: Callable[[], dict[str, Any]] = dict
     """`PPOConfig` fields this agent trains with unless the run's settings say otherwise."""
 
 
 def _two_phase_env(cfg: PPOConfig, episodes: EpisodeSampler) -> SchedulingEnv:
     return SchedulingEnv(episodes, window=cfg.window, max_nodes=cfg.max_nodes, max_candidates=cfg.max_candidates,
-                         reward=cfg.reward)
+                         reward=cfg.reward, fairness=cfg.fairness_range or 1.0)
 
 
 def _gpu_env(cfg: PPOConfig, episodes: EpisodeSampler) -> GpuByGpuEnv:
     return GpuByGpuEnv(episodes, order=cfg.order, max_gpus=cfg.max_gpus, window=cfg.window, reward=cfg.reward)
 
 
-def _gpu_teacher(env: Any) -> int:
+def _gpu_teacher(env: Any, _teacher: str) -> int:
     return env.teacher_action()
 
 
@@ -69,8 +69,17 @@ def _proximity_defaults() -> dict[str, Any]:
     return {"window": 10, "out_dir": "runs/proximity-drl", "curriculum": curriculum}
 
 
+def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
+    return AttentiveNet(replace(cfg.net, fairness_input=cfg.fairness_range is not None))
+
+
+def _attentive_defaults() -> dict[str, Any]:
+    """One network for every fairness setting, taught by the look-ahead at each episode's W."""
+    return {"fairness_range": (0.0, 1.0), "teacher": "look-ahead"}
+
+
 KINDS: dict[str, AgentKind] = {
-    "attentive": AgentKind(lambda cfg: AttentiveNet(cfg.net), _two_phase_env, teacher_action),
+    "attentive": AgentKind(_attentive_net, _two_phase_env, teacher_action, defaults=_attentive_defaults),
     "deeprm": AgentKind(
         lambda cfg: DeepRMNet(cfg.window, cfg.mlp), _two_phase_env, job_teacher_action,
         defaults=lambda: {"window": 10, "out_dir": "runs/deeprm"},

@@ -32,6 +32,14 @@ Data, stated once (see docs/agents.md):
 * evaluation (`evaluate`, the benchmarks): Philly days [40, 60), never seen in training
   or validation, with deterministic (argmax) decisions.
 
+Speed (``bench/train_speed.py``): every rollout step is one forward pass for all
+environments, in inference mode, and every minibatch of the update is one forward and
+one backward pass. `AttentiveNet` makes them cheap by cutting the padded queues and node
+lists of a batch to what its rows use (most queues fill a few of the window's 64 slots),
+and the teacher plans each state once for both phases (`training.teacher`). The losses
+and masks are unchanged, and the cut passes agree with the padded ones to float
+rounding (``tests/training/test_batched.py``).
+
 Seeds: ``seed`` seeds torch (sampling, initialization) and each environment's episode RNG
 (``seed * 1000 + env index``); on CPU a run is reproducible. Every ``checkpoint_every``
 updates the optimizer, counters and RNG states go to ``out_dir/checkpoint.pt``;
@@ -65,7 +73,6 @@ from attentived.agents.checkpoint import (
     save_training,
 )
 from attentived.agents.learned import POLICIES, load_learned
-from attentived.agents.policy import Policy
 from attentived.agents.registry import ALL, make_policy
 from attentived.simulator.engine import JobRecord, Simulation
 from attentived.simulator.metrics import summarize
@@ -77,7 +84,7 @@ from attentived.topology import Topology
 from .config import PPOConfig, Stage
 from .gym_env import Episode, Mixture, TraceWindows
 from .kinds import KINDS, kind_defaults
-from .reward import RewardWeights
+from .reward import RewardWeights, user_wait_rms
 
 # ---- data ----
 
@@ -103,17 +110,32 @@ def validation_episodes(cfg: PPOConfig, trace: Trace) -> list[Episode]:
     return [sampler(rng) for _ in range(cfg.val_episodes)]
 
 
-def score(records: Sequence[JobRecord], num_gpus: int, weights: RewardWeights) -> tuple[float, dict[str, float]]:
-    """An episode's return as the reward defines it, recomputed from its job records:
-    ``-jct * lower_bound_ratio + fairness * (jain - 1) - comm * comm_cost / ideal GPU-s``."""
+def score(records: Sequence[JobRecord], num_gpus: int, weights: RewardWeights,
+          fairness: float = 1.0) -> tuple[float, dict[str, float]]:
+    """An episode's return as the reward defines it at fairness setting W = ``fairness``,
+    recomputed from its job records: ``-jct * lower_bound_ratio - fairness_weight * W *
+    user_wait_rms - comm * comm_cost / ideal GPU-s``."""
     m = summarize(records, num_gpus)
     ideal = sum(r.ideal_duration * r.num_gpus for r in records)
-    value = -weights.jct * m["lower_bound_ratio"] + weights.fairness * (m["jain_fairness"] - 1.0) - weights.comm * m["comm_cost"] / ideal
+    value = (-weights.jct * m["lower_bound_ratio"] - weights.fairness * fairness * user_wait_rms(records)
+             - weights.comm * m["comm_cost"] / ideal)
     return value, m
 
 
-def _validate(policy: Policy, episodes: Sequence[Episode], weights: RewardWeights) -> float:
-    scores = [score(Simulation(e.jobs, e.topology, policy).run().records, e.topology.num_gpus, weights)[0] for e in episodes]
+VALIDATION_FAIRNESS = (0.0, 0.5, 1.0)
+"""The settings a preference-conditioned model is validated at (its score is the mean):
+the knob must work across its range, and W = 1's fairness term keeps a model that starves
+a user from being chosen."""
+
+
+def _validate(cfg: PPOConfig, model: LoadedModel, episodes: Sequence[Episode]) -> float:
+    settings = VALIDATION_FAIRNESS if cfg.fairness_range is not None else (None,)
+    scores = []
+    for w in settings:
+        policy = POLICIES[cfg.agent](model, 0, None, **({} if w is None else {"fairness": w}))
+        for e in episodes:
+            records = Simulation(e.jobs, e.topology, policy).run().records
+            scores.append(score(records, e.topology.num_gpus, cfg.reward, 1.0 if w is None else w)[0])
     return float(np.mean(scores))
 
 
@@ -203,8 +225,8 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 for k in obs_buf:
                     obs_buf[k][step] = next_obs[k]
                 dones[step] = next_done
-                teacher[step] = [kind.teacher(env) for env in envs]
-                with torch.no_grad():
+                teacher[step] = [kind.teacher(env, cfg.teacher) for env in envs]
+                with torch.inference_mode():  # one forward for all environments, without autograd bookkeeping
                     logits, value = net(_to_torch(next_obs, device))
                     dist = torch.distributions.Categorical(logits=logits)
                     action = dist.sample()
@@ -225,7 +247,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 next_obs = _stack(stepped)
 
             # Generalized advantage estimation, bootstrapped from the value of the next state.
-            with torch.no_grad():
+            with torch.inference_mode():
                 _, next_value = net(_to_torch(next_obs, device))
             next_value = next_value.cpu().numpy()
             advantages = np.zeros_like(rewards)
@@ -306,8 +328,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             }
             if update % cfg.val_every == 0 or update == cfg.num_updates:
                 model = LoadedModel(net.cpu().eval(), cfg.window, cfg.max_candidates, {}, cfg.agent)
-                policy = POLICIES[cfg.agent](model, 0, None)
-                row["val_score"] = _validate(policy, val_eps, cfg.reward)
+                row["val_score"] = _validate(cfg, model, val_eps)
                 net.to(device)
                 history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
                 if row["val_score"] > best:

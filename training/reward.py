@@ -8,11 +8,17 @@ which makes returns readable and the weights comparable:
   it is ``-sum(JCT) / sum(ideal duration)``, minus the *lower-bound ratio* of
   `attentived.simulator.metrics` (1.0 = nobody waited or slowed down). Waiting and
   placement slowdowns both count, as they do in JCT.
-* Fairness: a potential-based term, ``J(after) - J(before)``, with ``J`` Jain's index over
-  users' mean waits so far (finished and started jobs' waits, plus pending jobs' waits up
-  to now). The potentials telescope: the episode sum is ``J(end) - 1``, where ``J(end)``
-  is exactly the Jain fairness the benchmark reports. Potential-based shaping (Ng et al.,
-  1999) also means the term adds no spurious optimum of its own.
+* Fairness, scaled by the episode's fairness setting ``W`` in [0, 1]: a potential-based
+  term, ``P(after) - P(before)``, with ``P = -RMS over the episode's users of their mean
+  wait so far / the mean ideal run time`` (a user's mean counts started jobs' waits and
+  pending jobs' waits up to now; a user with nothing submitted yet counts 0). It moves at
+  every step in which anyone waits, and more for the users who have waited most (the
+  derivative of the root mean square in a user's mean is proportional to that mean), so
+  it protects the worst-off; and since ``P`` only falls when anyone waits longer, it never
+  rewards delaying anyone. (Jain's index over users' mean waits, the term it replaces, is
+  scale-free: it rewarded making everyone wait equally long.) The potentials telescope to
+  ``-user_wait_rms(records)``, computed from the finished episode. Potential-based shaping
+  (Ng et al., 1999) adds no spurious optimum of its own.
 * Communication: at each start, the GPU-seconds the placement wastes compared with the
   ideal one, ``(runtime - ideal) * GPUs``, divided by the episode's ideal GPU-seconds. The
   episode sum is ``-comm_cost / ideal GPU-seconds``: the fraction of useful GPU time lost
@@ -22,10 +28,11 @@ The reward reads true durations (to know when started jobs end and what a placem
 costs): it is the simulator's judgement of an outcome, never an input to the agents, which
 see only `ClusterState`.
 
-Defaults (`RewardWeights`): ``jct = 1`` is the unit. ``fairness = 2``: on the Philly
-validation windows the presets span 0.33-0.62 in Jain and 2.8-7.6 in lower-bound ratio,
-so a weight of 2 makes a 0.1 Jain gain worth a 0.2 lower-bound-ratio loss: fairness counts
-but cannot buy an arbitrarily slow schedule. ``comm = 2``: a placement that wastes 10% of
+Defaults (`RewardWeights`): ``jct = 1`` is the unit. ``fairness = 2`` at ``W = 1``: the
+users' RMS mean wait in units of the mean run time is of the order of the lower-bound
+ratio minus one (the mean job's wait in the same unit), larger when one user waits far
+longer than the rest; a weight of 2 at ``W = 1`` makes the worst-off users' waits count
+about twice a plain wait, and ``W = 0`` leaves completion time and placement alone. ``comm = 2``: a placement that wastes 10% of
 the useful GPU time costs 0.2 of lower-bound ratio on top of the JCT it already loses
 through slower jobs, because wasted GPU-time also delays everyone queued behind it.
 """
@@ -33,6 +40,7 @@ through slower jobs, because wasted GPU-time also delays everyone queued behind 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attentived.agents.state import ClusterState
-from attentived.simulator.engine import SimJob
-from attentived.simulator.metrics import jain
+from attentived.simulator.engine import JobRecord, SimJob
+from attentived.simulator.metrics import user_mean_waits
 
 
 @dataclass(frozen=True)
@@ -82,14 +90,19 @@ class RewardTracker:
     terms for the interval since the last call).
     """
 
-    def __init__(self, jobs: Sequence[SimJob], weights: RewardWeights = RewardWeights()) -> None:
+    def __init__(self, jobs: Sequence[SimJob], weights: RewardWeights = RewardWeights(), fairness: float = 1.0) -> None:
         if not jobs:
             raise ValueError("an episode needs jobs")
+        if not 0.0 <= fairness <= 1.0:
+            raise ValueError(f"the fairness setting must be in [0, 1], got {fairness}")
         self.weights = weights
+        self.fairness = fairness
         self._submits = np.sort([s.job.submit_time for s in jobs])
         self._submit_prefix = np.concatenate([[0.0], np.cumsum(self._submits)])
         self._ideal_seconds = float(sum(s.job.duration for s in jobs))
         self._ideal_gpu_seconds = float(sum(s.job.duration * s.job.num_gpus for s in jobs))
+        self._users = len({s.job.user for s in jobs})
+        self._mean_ideal = self._ideal_seconds / len(jobs)
         self.reset()
 
     def reset(self) -> None:
@@ -100,7 +113,7 @@ class RewardTracker:
         self._started_wait: dict[str, float] = defaultdict(float)
         self._started: dict[str, int] = defaultdict(int)
         self._accrued = 0.0
-        self._potential = 1.0
+        self._potential = 0.0
 
     def start(self, user: str, submit: float, now: float, num_gpus: int, ideal: float, runtime: float) -> RewardTerms:
         """A job started: record its end and wait; price its placement."""
@@ -116,7 +129,7 @@ class RewardTracker:
         potential = self._fairness(now, state)
         terms = RewardTerms(
             jct=-self.weights.jct * (accrued - self._accrued) / self._ideal_seconds,
-            fairness=self.weights.fairness * (potential - self._potential),
+            fairness=self.weights.fairness * self.fairness * (potential - self._potential),
         )
         self._now, self._accrued, self._potential = now, accrued, potential
         return terms
@@ -131,9 +144,19 @@ class RewardTracker:
         return float(in_system - (self._finished * t - self._finished_end_sum))
 
     def _fairness(self, now: float, state: ClusterState | None) -> float:
+        """The potential: minus the users' RMS mean wait so far, in mean run times."""
         waits = dict(self._started_wait)
         counts = dict(self._started)
         for j in state.pending if state is not None else ():
             waits[j.user] = waits.get(j.user, 0.0) + j.waited(now)
             counts[j.user] = counts.get(j.user, 0) + 1
-        return jain([waits[u] / counts[u] for u in counts])
+        squares = sum((waits[u] / counts[u]) ** 2 for u in counts)
+        return -math.sqrt(squares / self._users) / self._mean_ideal
+
+
+def user_wait_rms(records: Sequence[JobRecord]) -> float:
+    """What the fairness term sums to over an episode, negated: the root mean square over
+    users of their mean wait, in units of the mean ideal run time."""
+    waits = np.array(list(user_mean_waits(records).values()))
+    mean_ideal = float(np.mean([r.ideal_duration for r in records]))
+    return float(np.sqrt(np.mean(np.square(waits)))) / mean_ideal

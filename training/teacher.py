@@ -1,18 +1,23 @@
 """The teacher of the teacher-guided start of PPO (see `attentived.training.ppo`).
 
-A strong heuristic whose actions the agents are pulled toward early in training (a
-behaviour-cloning term whose weight is annealed to a floor). Each trainable agent kind
+A strong policy whose actions the agents are pulled toward (a behaviour-cloning term whose
+weight is annealed to a floor): a heuristic, or the look-ahead at each episode's fairness
+setting W, which then labels the states the agent itself visits (expert iteration). Each trainable agent kind
 (`attentived.agents.kinds`) turns the teacher's plan into an action of its own
 environment; this module holds the plan and the two-phase environment's reading of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
+from weakref import WeakKeyDictionary
 
+from attentived.agents.metaheuristic import Portfolio
 from attentived.agents.order import estimated_runtime
 from attentived.agents.placement import Consolidate
+from attentived.agents.plan import Plan
 from attentived.agents.policy import Ranking, Scheduler
 from attentived.agents.state import ClusterState
 from attentived.training.gym_env import SchedulingEnv
@@ -37,7 +42,21 @@ heuristic on the validation windows (ahead of every preset), and one that uses h
 the agents also see when waiting pays."""
 
 
-def teacher_action(env: SchedulingEnv) -> int:
+def _look_ahead(fairness: float) -> Scheduler:
+    return Scheduler(Portfolio(seed=0, fairness=fairness), Consolidate(), backfill=False, name="look-ahead-teacher")
+
+
+TEACHERS: dict[str, Callable[[float], Scheduler]] = {
+    "smallest-gpu-time": lambda _fairness: TEACHER,
+    "look-ahead": _look_ahead,
+}
+"""The teachers by name (`PPOConfig.teacher`), each a function of the episode's fairness
+setting W. ``look-ahead`` is expert iteration: the `Portfolio` look-ahead at W labels the
+states the agent itself visits (its plan is the one the agent is pulled toward), so one
+network learns each W's schedule; ``smallest-gpu-time`` ignores W."""
+
+
+def teacher_action(env: SchedulingEnv, teacher: str = "smallest-gpu-time") -> int:
     """`TEACHER`'s action in ``env``: the first job its plan starts (WAIT when the plan
     starts nothing, which is when it holds GPUs for a blocked job), then that job's GPUs
     among the candidates (the teacher places with Consolidate, one of the generators; a
@@ -45,7 +64,7 @@ def teacher_action(env: SchedulingEnv) -> int:
     candidate stands in). A first start outside the agent's window, which the window's
     construction makes rare, falls back to the feasible window job the teacher ranks first."""
     view, state = env.job_view, env.state
-    plan = TEACHER.decide(state)
+    plan = _plan(env, state, teacher)
     if env.phase == 1:  # the teacher's GPUs when it chose this job too, else consolidate's
         sets = [c.gpus for c in env.placements]
         chosen = state.pending[int(view.index[env.chosen_slot])].job_id
@@ -60,12 +79,32 @@ def teacher_action(env: SchedulingEnv) -> int:
     return next((slot_of[j] for j in plan.order if j in slot_of), env.wait_action)
 
 
+_PLANS: WeakKeyDictionary[SchedulingEnv, tuple[ClusterState, Plan]] = WeakKeyDictionary()
+_SCHEDULERS: WeakKeyDictionary[SchedulingEnv, tuple[str, float, Scheduler]] = WeakKeyDictionary()
+
+
+def _plan(env: SchedulingEnv, state: ClusterState, teacher: str) -> Plan:
+    """The teacher's plan for ``state``, computed once per state of each environment: the
+    GPU phase shows the state of the job phase before it, and the plan is a pure function
+    of the (immutable) snapshot, so the second phase reuses it. The teacher itself is
+    built once per episode (its W), keeping the look-ahead's caches."""
+    cached = _PLANS.get(env)
+    if cached is not None and cached[0] is state:
+        return cached[1]
+    built = _SCHEDULERS.get(env)
+    if built is None or built[:2] != (teacher, env.fairness):
+        built = _SCHEDULERS[env] = (teacher, env.fairness, TEACHERS[teacher](env.fairness))
+    plan = built[2].decide(state)
+    _PLANS[env] = (state, plan)
+    return plan
+
+
 def consolidate_candidate(env: SchedulingEnv) -> int:
     """The GPU-phase action that takes `Consolidate`'s placement (always a candidate)."""
     return next(k for k, c in enumerate(env.placements) if "consolidate" in c.sources)
 
 
-def job_teacher_action(env: SchedulingEnv) -> int:
+def job_teacher_action(env: SchedulingEnv, teacher: str = "smallest-gpu-time") -> int:
     """`teacher_action` for an agent that only chooses jobs (DeepRM-style): the teacher's job,
     and always the consolidated placement, the one such an agent can take."""
-    return consolidate_candidate(env) if env.phase == 1 else teacher_action(env)
+    return consolidate_candidate(env) if env.phase == 1 else teacher_action(env, teacher)

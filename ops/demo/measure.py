@@ -136,13 +136,7 @@ TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "max_user_wait"
 
 
 def make_demo_policy(name: str, seed: int = 0) -> Any:
-    """A policy by name, ``attentive`` included (the shipped model)."""
-    from attentived.daemon.config import is_learned
-
-    if is_learned(name):
-        from attentived.agents.learned import load_learned
-
-        return load_learned("attentive", None, seed=seed)
+    """A policy by name, ``attentive`` included (the shipped model unless ``model=``)."""
     from attentived.agents.registry import make_policy
 
     return make_policy(name, seed)

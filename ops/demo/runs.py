@@ -68,18 +68,19 @@ class DemoError(RuntimeError):
 
 def check_policy(name: str) -> None:
     """DemoError (exit 2) for a policy name the daemon would not accept; cheap (no torch)."""
-    from attentived.agents.registry import UnknownPolicy, make_policy
-    from attentived.daemon.config import is_learned
+    from attentived.agents.registry import LEARNED, make_policy, parse_name
+    from attentived.agents.spec import BadPolicyName
 
-    if is_learned(name):
-        from attentived.agents.learned import default_model_path
-
-        if not default_model_path("attentive").is_file():
-            raise DemoError(f"policy {name}: no shipped model at {default_model_path('attentive')}", EXIT_BAD_INPUT)
-        return
     try:
-        make_policy(name)
-    except UnknownPolicy as e:
+        spec = parse_name(name)
+        if spec.base in LEARNED and not spec.params:
+            from attentived.agents.learned import default_model_path
+
+            if not default_model_path(spec.base).is_file():
+                raise DemoError(f"policy {name}: no shipped model at {default_model_path(spec.base)}", EXIT_BAD_INPUT)
+            return
+        make_policy(name)  # with parameters, a learned policy loads: its model must take them
+    except BadPolicyName as e:
         raise DemoError(str(e), EXIT_BAD_INPUT) from None
 
 

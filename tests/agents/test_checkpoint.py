@@ -145,3 +145,19 @@ def test_impossible_recorded_sizes_are_refused_before_building(tmp_path, d_model
     torch.save(payload, path)
     with pytest.raises(CheckpointError, match=message):
         load_model(path)
+
+
+def test_the_fairness_setting_is_a_parameter_of_a_conditioned_model_only(tmp_path):
+    from attentived.agents.networks import AttentiveNet, NetConfig
+    from attentived.agents.objective import DEFAULT_FAIRNESS
+    from attentived.agents.registry import make_policy
+
+    net = AttentiveNet(NetConfig(d_model=16, heads=2, layers=1, fairness_input=True))
+    path = save_model(tmp_path / "w.pt", net, window=16, max_candidates=6, meta={})
+    policy = make_policy(f"attentive:model={path},fairness=0.3")
+    assert policy.name == f"attentive:fairness=0.3,model={path}"
+    assert policy.fairness == pytest.approx(0.3)
+    assert make_policy(f"attentive:model={path}").fairness == DEFAULT_FAIRNESS
+    plain = _save(tmp_path)
+    with pytest.raises(CheckpointError, match="without the fairness input"):
+        make_policy(f"attentive:model={plain},fairness=0.3")

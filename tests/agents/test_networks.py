@@ -111,3 +111,18 @@ def test_model_is_small():
     n = sum(p.numel() for p in AttentiveNet().parameters())
     assert n < 250_000  # about 0.5 MB of float32 weights
     assert np.log10(n) > 4
+
+
+def test_a_preference_conditioned_network_reads_the_fairness_setting():
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True)).eval()
+    obs = _obs(phase=[0, 0, 1])
+    with pytest.raises(ValueError, match="fairness setting W"):
+        net(obs)
+    low, _ = net({**obs, "fairness": torch.zeros(3, 1)})
+    high, _ = net({**obs, "fairness": torch.ones(3, 1)})
+    valid = obs["action_mask"].bool()
+    assert not torch.allclose(low[valid], high[valid])
+    assert (low[~valid] == high[~valid]).all()  # masks do not move with W
+    plain = AttentiveNet.from_spec({"d_model": 32, "heads": 2, "layers": 1, "ff_mult": 2})  # a file from before W
+    assert plain.job_agent.fairness_in is None and not plain.cfg.fairness_input

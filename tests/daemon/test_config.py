@@ -34,6 +34,11 @@ def test_defaults_and_full_file(tmp_path):
     ("partitions = [1]", "partitions: must be a list of names"),
     ('partitions = ["a;b"]', "partitions: 'a;b' is not a Slurm partition name"),
     ('policy = "fastest"', "policy: unknown policy 'fastest'"),
+    ('policy = "attentive:fair=0.5"', "policy: policy 'attentive' has no parameter 'fair'; it takes fairness"),
+    ('policy = "attentive:fairness=2"', "policy: policy 'attentive': fairness='2': must be a number from 0 to 1"),
+    ('policy = "fifo:fairness=0.5"', "policy: policy 'fifo' takes no parameters"),
+    ('policy = "attentive:model=/nope.pt"', "policy: policy 'attentive': model='/nope.pt': must be an existing model file"),
+    ('fallback_policy = "portfolio:fairness=-1"', "fallback_policy: policy 'portfolio': fairness='-1'"),
     ('reservation_prefix = "x y"', "reservation_prefix"),
     ("priority_floor = 5000\npriority_ceiling = 100", "priority_ceiling"),
     ('metrics_address = "localhost;"', "metrics_address"),
@@ -74,3 +79,11 @@ def test_slurm_settings_are_checked():
     assert "priority/basic" in found["PriorityType"].message
     assert "2000000 >= priority_floor" in found["PriorityWeight*"].message
     assert found["GresTypes"].level == "error" and "SelectType" in found
+
+
+def test_a_model_named_twice_is_refused(tmp_path):
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"x")
+    with pytest.raises(C.ConfigError, match="policy: names a model .* and so does model"):
+        C.parse(f'policy = "attentive:model={model}"\nmodel = "{model}"')
+    assert C.parse(f'policy = "attentive:model={model}"').policy == f"attentive:model={model}"

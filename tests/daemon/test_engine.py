@@ -282,3 +282,17 @@ def test_a_network_too_small_for_the_cluster_falls_back(tmp_path):
     e.setup()
     assert e.policy_name == "fifo" and "reads at most 128 GPUs, the cluster has 160" in e.policy_fallback
     assert e.metrics.errors.value(kind="policy") == 1
+
+
+def test_a_bad_policy_parameter_is_refused_on_reload_and_the_old_config_kept(tmp_path):
+    conf = tmp_path / "c.toml"
+    head = f'interval = 0.2\npartitions = ["main"]\nstate_dir = "{tmp_path / "state"}"\nmetrics_port = 0\n'
+    conf.write_text(head + 'policy = "sjf+consolidate"\n')
+    svc = Service(conf, backend=mix(), runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
+    svc.tick()
+    for bad in ("portfolio:fairness=7", "sjf+consolidate:fairness=0.5", "attentive:fair=0.5"):
+        conf.write_text(head + f'policy = "{bad}"\n')
+        assert svc.reload() is False
+        assert svc.config.policy == "sjf+consolidate" and svc.runner.policy_name == "sjf+consolidate"
+    assert svc.metrics.errors.value(kind="config") == 3
+    svc._close()

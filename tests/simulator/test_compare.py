@@ -62,7 +62,7 @@ def test_json_shape(tiny):
     workloads, topo = tiny
     res = cmp.compare(workloads, topo, ["fifo", "genetic"], [0, 1], workers=1)
     doc = json.loads(json.dumps(res.as_json()))
-    assert set(doc) == {"cluster", "seeds", "policies", "workloads", "metrics", "results", "pareto", "runs"}
+    assert set(doc) == {"cluster", "seeds", "policies", "workloads", "metrics", "results", "pareto", "knobs", "runs"}
     assert doc["cluster"] == {"nodes": 2, "gpus": 16}
     assert doc["seeds"] == [0, 1] and doc["policies"] == ["fifo", "genetic"]
     (w,) = doc["workloads"]
@@ -135,7 +135,9 @@ def test_all_expands_to_presets_and_registered_policies():
     names = cmp.policy_names(["all"])
     assert names[: len(ALL)] == list(ALL)
     assert {"genetic", "annealing", "portfolio"} <= set(names)
-    assert cmp.policy_names(["fifo", "fifo", "sjf"]) == ["fifo", "sjf"]
+    assert cmp.policy_names(["fifo", "all", "sjf"])[:2] == ["fifo", "sjf"]
+    with pytest.raises(cmp.CompareError, match="policy fifo given twice"):
+        cmp.policy_names(["fifo", "fifo", "sjf"])
 
 
 def test_unknown_policies_are_input_errors(tiny):
@@ -209,8 +211,18 @@ def test_all_drops_a_network_too_small_for_the_cluster_and_says_so():
         cmp.policy_names(["fifo", "proximity-drl"], uniform(20, 8))
 
 
-def test_pareto_front_keeps_exactly_the_undominated():
-    points = {"a": (1.0, 9.0), "b": (2.0, 5.0), "c": (3.0, 5.0), "d": (4.0, 1.0), "e": (4.0, 2.0), "f": (2.0, 5.0)}
-    # c is dominated by b (same wait, slower), e by d; b and f tie and both stay
-    assert cmp.pareto_front(points) == ["a", "b", "d", "f"]
-    assert cmp.pareto_front({}) == []
+
+def test_a_fairness_knob_is_reported_against_every_other_policy(tiny, tmp_path):
+    workloads, topo = tiny
+    names = ["portfolio:fairness=0", "portfolio:fairness=1", "sjf"]
+    res = cmp.compare(workloads, topo, names, [0], workers=1)
+    doc = res.as_json()
+    knob = doc["knobs"]["tiresias-40"]["portfolio"]
+    assert knob["settings"] == {"0": "portfolio:fairness=0", "1": "portfolio:fairness=1"}
+    sjf = knob["versus"]["sjf"]
+    per = doc["results"]["tiresias-40"]
+    covers = [w for w, n in ((0.0, names[0]), (1.0, names[1]))
+              if all(per[n][m]["mean"] <= per["sjf"][m]["mean"] for m in ("avg_jct", "max_user_wait"))]
+    assert sjf["covering"] == covers and set(knob["versus"]) == {"sjf"}
+    cmp.write_outputs(res, tmp_path / "out")
+    assert (tmp_path / "out" / "pareto_tiresias-40.png").stat().st_size > 0

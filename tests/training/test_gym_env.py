@@ -20,7 +20,7 @@ from attentived.training.gym_env import (
     TraceWindows,
     _at_load,
 )
-from attentived.training.reward import RewardWeights
+from attentived.training.reward import RewardWeights, user_wait_rms
 
 
 def tj(i, submit, duration, gpus=1, user="alice", model=None):
@@ -88,7 +88,7 @@ def test_episode_return_is_the_weighted_metrics():
     m = info["metrics"]
     records = env.sim.result().records
     ideal_gpu_s = sum(r.ideal_duration * r.num_gpus for r in records)
-    expected = -w.jct * m["lower_bound_ratio"] + w.fairness * (m["jain_fairness"] - 1.0) - w.comm * m["comm_cost"] / ideal_gpu_s
+    expected = -w.jct * m["lower_bound_ratio"] - w.fairness * user_wait_rms(records) - w.comm * m["comm_cost"] / ideal_gpu_s
     assert total == pytest.approx(expected, rel=1e-6, abs=1e-6)
 
 
@@ -158,3 +158,56 @@ def test_any_masked_action_sequence_is_accepted_by_the_engine(seed, nodes):
     env = SchedulingEnv(FixedEpisode(episode), window=4, max_nodes=3)
     _, _, info = rollout(env, np.random.default_rng(seed), seed=seed)
     assert info["metrics"]["jobs"] == 25
+
+
+def test_the_fairness_setting_scales_the_fairness_term_and_is_observed():
+    w = RewardWeights(jct=1.0, fairness=3.0, comm=5.0)
+    totals = {}
+    for setting in (0.0, 0.4):
+        env = toy_env(reward=w, fairness=setting)
+        total, _, info = rollout(env, np.random.default_rng(1))
+        records = env.sim.result().records
+        m = info["metrics"]
+        ideal_gpu_s = sum(r.ideal_duration * r.num_gpus for r in records)
+        expected = (-w.jct * m["lower_bound_ratio"] - w.fairness * setting * user_wait_rms(records)
+                    - w.comm * m["comm_cost"] / ideal_gpu_s)
+        assert total == pytest.approx(expected, rel=1e-6, abs=1e-6)
+        assert env.fairness == setting
+        totals[setting] = total
+    assert totals[0.4] < totals[0.0]  # somebody waited: the fairness term only ever costs
+
+
+def test_a_fairness_range_is_drawn_per_episode_from_the_seed():
+    env = toy_env(fairness=(0.2, 0.9))
+    seen = []
+    for seed in range(6):
+        obs, _ = env.reset(seed=seed)
+        assert 0.2 <= env.fairness <= 0.9 and obs["fairness"][0] == np.float32(env.fairness)
+        seen.append(env.fairness)
+    assert len(set(seen)) == 6
+    assert [toy_env(fairness=(0.2, 0.9)).reset(seed=s)[0]["fairness"][0] for s in range(6)] == [np.float32(x) for x in seen]
+    with pytest.raises(ValueError, match="fairness"):
+        toy_env(fairness=(0.5, 1.5))
+
+
+def test_the_fairness_potential_never_rewards_a_delay():
+    """Holding back any one pending job can only lower the potential (RMS of users' waits)."""
+    from attentived.agents.state import ClusterState, PendingJob
+    from attentived.training.reward import RewardTracker
+
+    jobs = toy_jobs(6)
+    tracker = RewardTracker(jobs, RewardWeights(), fairness=1.0)
+    topo = uniform(2, 8, nodes_per_switch=1)
+    pending = [PendingJob(f"p{i}", f"u{i % 3}", 1, float(10 * i)) for i in range(6)]
+
+    def potential(submits):
+        state = ClusterState(now=500.0, topology=topo, free=np.ones(16, bool),
+                             pending=tuple(PendingJob(j.job_id, j.user, 1, s) for j, s in zip(pending, submits)))
+        tracker.reset()
+        return tracker.advance(500.0, state).fairness  # from 0: the weighted potential itself
+
+    base = [j.submit_time for j in pending]
+    for i in range(6):
+        earlier = list(base)
+        earlier[i] -= 100.0  # job i has waited 100 s longer
+        assert potential(earlier) < potential(base)

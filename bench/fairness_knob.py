@@ -1,0 +1,188 @@
+"""The look-ahead policies' fairness knob W against the heuristics, on held-out days.
+
+Issue 14: ``portfolio``/``genetic``/``annealing`` take ``fairness=W`` in [0, 1] (0 =
+completion time only, 1 = protect the worst-off users as much as the look-ahead can).
+What the knob must move is ``max_user_wait`` (the worst user's mean wait) while keeping
+the average JCT low. This bench replays windows of 1,000 consecutive jobs from Philly
+days [40, 60) only (never the training days [0, 40)), re-timed to offer 1.1x the capacity
+of a 16-node x 8-GPU cluster (the ``matched`` setting of ``bench/agents_quality.py``; its
+first four windows are the same), under ``portfolio`` at each W, under ``genetic`` and
+``annealing`` at a few W (``--genetic``, ``--annealing``: they are slower), and under the
+reference heuristics sjf+consolidate, tiresias, fair-share+consolidate and fifo. Each
+(window, seed) pair replays every policy on the same modelled time limits and models
+(the seed draws them, and the searches' streams).
+
+It reports, per policy, the mean and the spread (min / max over windows x seeds) of
+avg_jct, max_user_wait and jain_slowdown, the geometric mean over runs of avg_jct and
+max_user_wait relative to sjf+consolidate on the same run (windows differ by 10x in
+congestion, so the plain mean is dominated by the most congested one), and a per-window
+table. Writes bench/results/fairness_knob.json.
+
+    .venv/bin/python bench/fairness_knob.py [--quick] [--windows N] [--skip N] [--genetic 0.5,1] [--annealing 1]
+
+The committed results come from ``--windows 16 --genetic 0.5,0.75,1 --annealing 0.75,1
+--before RUNS.json``, where RUNS.json held the same windows and seeds replayed by
+``portfolio``, ``genetic`` and ``annealing`` at the commit before the knob (their cost's
+fairness term was 2 x (1 - Jain over users' mean waits)): the rows named "(before)".
+About 15 minutes on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results" / "fairness_knob.json"
+KEYS = ("avg_jct", "max_user_wait", "jain_slowdown", "avg_wait", "p99_jct", "jain_fairness", "comm_cost", "users")
+HEURISTICS = ("sjf+consolidate", "tiresias", "fair-share+consolidate", "fifo")
+REFERENCE = "sjf+consolidate"
+LEVELS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def matched_windows(count: int, skip: int = 0):
+    """``count`` windows of 1,000 jobs from days [40, 60) at load 1.1 on 16 x 8 GPUs (the
+    same stream as bench/agents_quality.py: its windows are the first four here)."""
+    from attentived.simulator.samples import sample_path
+    from attentived.simulator.trace import Trace, load_trace
+    from attentived.topology import uniform
+    from attentived.training.gym_env import TraceWindows
+
+    philly = load_trace(sample_path("philly"))
+    sampler = TraceWindows(philly, days=(40.0, 60.0), jobs=(1000, 1000), nodes=(16,), load=(1.1, 1.1))
+    rng = np.random.default_rng(2024)
+    out = []
+    for k in range(skip + count):
+        ep = sampler(rng)
+        if k < skip:
+            continue
+        out.append(Trace(f"philly-heldout-{k}", philly.path, philly.format, tuple(s.job for s in ep.jobs)))
+    return uniform(16, 8, nodes_per_switch=2), out
+
+
+def search_policy(kind: str, fairness: float | None, seed: int):
+    """A look-ahead chooser at fairness W (``None``: the class default) with the
+    consolidating placer, as the ``portfolio``/``genetic``/``annealing`` presets build it."""
+    from attentived.agents.annealing import Annealing
+    from attentived.agents.genetic import Genetic
+    from attentived.agents.metaheuristic import Portfolio
+    from attentived.agents.placement import Consolidate
+    from attentived.agents.policy import Scheduler
+
+    cls = {"portfolio": Portfolio, "genetic": Genetic, "annealing": Annealing}[kind]
+    chooser = cls(seed=seed) if fairness is None else cls(seed=seed, fairness=fairness)
+    label = kind if fairness is None else f"{kind}:fairness={fairness:g}"
+    return Scheduler(chooser, Consolidate(), name=label)
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "min": float(np.min(values)), "max": float(np.max(values))}
+
+
+def gmean(values: list[float]) -> float:
+    return float(math.exp(np.mean(np.log(np.maximum(values, 1e-12)))))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 windows, seed 0, W in {0, 0.5, 1}")
+    ap.add_argument("--windows", type=int, default=8, help="number of held-out windows (default 8)")
+    ap.add_argument("--skip", type=int, default=0, help="skip the first N windows of the stream (fresh windows)")
+    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
+    ap.add_argument("--fairness", default=",".join(f"{w:g}" for w in LEVELS), help="portfolio's W levels")
+    ap.add_argument("--genetic", default="", help="W levels for genetic (slower), e.g. 0.5,1; empty: none")
+    ap.add_argument("--annealing", default="", help="W levels for annealing (slower), e.g. 0.75,1; empty: none")
+    ap.add_argument("--default", action="store_true", help="also run portfolio at the class default W")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--before", default=None,
+                    help="JSON of runs of the same windows and seeds by the code before the knob ({name: [run rows]}), "
+                         "summarised as extra rows named 'NAME (before)'")
+    args = ap.parse_args()
+
+    from attentived.agents.objective import DEFAULT_FAIRNESS
+    from attentived.agents.registry import make_policy
+    from attentived.simulator.replay import replay
+
+    n_windows = 2 if args.quick else args.windows
+    seeds = (0,) if args.quick else tuple(int(s) for s in args.seeds.split(","))
+    levels = (0.0, 0.5, 1.0) if args.quick else tuple(float(x) for x in args.fairness.split(",") if x)
+    genetic = tuple(float(x) for x in args.genetic.split(",")) if args.genetic else ()
+    annealing = tuple(float(x) for x in args.annealing.split(",")) if args.annealing else ()
+    topo, traces = matched_windows(n_windows, args.skip)
+
+    def policies(seed: int):
+        out = [make_policy(h, seed=seed) for h in HEURISTICS]
+        if args.default:
+            out.append(search_policy("portfolio", None, seed))
+        out += [search_policy("portfolio", w, seed) for w in levels]
+        out += [search_policy("genetic", w, seed) for w in genetic]
+        out += [search_policy("annealing", w, seed) for w in annealing]
+        return out
+
+    runs: dict[str, list[dict[str, float]]] = {}
+    per_window: dict[str, dict[str, dict[str, float]]] = {}
+    t_start = time.perf_counter()
+    for trace in traces:
+        for seed in seeds:
+            t0 = time.perf_counter()
+            result = replay(trace, topo, policies(seed), seed=seed)
+            for name, run in result.runs.items():
+                row = {k: float(run.summary[k]) for k in KEYS}
+                row["window"], row["seed"] = trace.name, seed
+                runs.setdefault(name, []).append(row)
+            print(f"  {trace.name} seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
+    if args.before:
+        wanted = {(t.name, s) for t in traces for s in seeds}
+        for name, rows in json.loads(Path(args.before).read_text()).items():
+            rows = sorted((r for r in rows if (r["window"], r["seed"]) in wanted), key=lambda r: (r["window"], r["seed"]))
+            if len(rows) == len(wanted):
+                runs[f"{name} (before)"] = rows
+    for name in runs:  # the same (window, seed) order in every list
+        runs[name].sort(key=lambda r: ([t.name for t in traces].index(r["window"]), r["seed"]))
+    names = list(runs)
+    ref = runs[REFERENCE]
+    summary = {}
+    for name in names:
+        rs = runs[name]
+        summary[name] = {k: stats([r[k] for r in rs]) for k in ("avg_jct", "max_user_wait", "jain_slowdown", "avg_wait", "p99_jct")}
+        summary[name]["jct_vs_sjf"] = gmean([r["avg_jct"] / b["avg_jct"] for r, b in zip(rs, ref)])
+        summary[name]["max_user_wait_vs_sjf"] = gmean([r["max_user_wait"] / b["max_user_wait"] for r, b in zip(rs, ref)])
+    for name in names:
+        per_window[name] = {}
+        for trace in traces:
+            rs = [r for r in runs[name] if r["window"] == trace.name]
+            per_window[name][trace.name] = {k: float(np.mean([r[k] for r in rs])) for k in ("avg_jct", "max_user_wait", "jain_slowdown")}
+
+    print(f"\n{len(traces)} window(s) x seeds {list(seeds)}, 1,000 jobs each, 16x8 GPUs, load 1.1, Philly days [40, 60)")
+    print("mean [min, max] over windows x seeds; 'x sjf' = geometric mean of the ratio to sjf+consolidate per run")
+    print(f"{'policy':<26}{'avg JCT h':>22}{'x sjf':>7}{'max user wait h':>24}{'x sjf':>7}{'Jain slowdown':>22}")
+    for name in names:
+        s = summary[name]
+        j, m, f = s["avg_jct"], s["max_user_wait"], s["jain_slowdown"]
+        print(f"{name:<26}{j['mean'] / 3600:>8.2f} [{j['min'] / 3600:5.2f},{j['max'] / 3600:6.2f}]{s['jct_vs_sjf']:>7.3f}"
+              f"{m['mean'] / 3600:>9.2f} [{m['min'] / 3600:5.2f},{m['max'] / 3600:7.2f}]{s['max_user_wait_vs_sjf']:>7.3f}"
+              f"{f['mean']:>9.3f} [{f['min']:.3f},{f['max']:.3f}]")
+    print("\nper window (mean over seeds): avg JCT h / max user wait h")
+    print(f"{'policy':<26}" + "".join(f"{t.name.split('-')[-1]:>14}" for t in traces))
+    for name in names:
+        print(f"{name:<26}" + "".join(
+            f"{per_window[name][t.name]['avg_jct'] / 3600:>6.2f}/{per_window[name][t.name]['max_user_wait'] / 3600:<7.2f}" for t in traces))
+    doc = {
+        "benchmark": "fairness_knob", "held_out_days": [40, 60], "windows": [t.name for t in traces],
+        "jobs_per_window": 1000, "cluster": {"nodes": len(topo.nodes), "gpus": topo.num_gpus}, "load": 1.1,
+        "seeds": list(seeds), "reference": REFERENCE, "default_fairness": DEFAULT_FAIRNESS,
+        "summary": summary, "per_window": per_window, "runs": runs,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Policy names with parameters (``NAME:KEY=VALUE``): parsing, canonical names, repeats."""
+
+from __future__ import annotations
+
+import pytest
+
+from attentived.agents.registry import ALL, UnknownPolicy, expand, make_policy, parameters, parse_name
+from attentived.agents.spec import BadPolicyName
+
+
+def test_canonical_names_sort_keys_and_write_numbers_plainly(tmp_path):
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"x")
+    assert parse_name("portfolio:fairness=0.50").name == "portfolio:fairness=0.5"
+    assert parse_name("portfolio: fairness = 1 ").name == "portfolio:fairness=1"
+    spec = parse_name(f"attentive:model={model},fairness=.25")
+    assert spec.name == f"attentive:fairness=0.25,model={model}"
+    assert spec.kwargs() == {"fairness": 0.25, "model": str(model)}
+    assert parse_name("sjf+consolidate").name == "sjf+consolidate" and parse_name("fifo").params == ()
+
+
+def test_which_policies_take_which_parameters():
+    assert set(parameters("portfolio")) == {"fairness"}
+    assert set(parameters("genetic+first-fit+backfill")) == {"fairness"}  # the order's parameter
+    assert set(parameters("attentive")) == {"fairness", "model"}
+    assert set(parameters("deeprm")) == {"model"}
+    assert parameters("sjf+consolidate") == {} and parameters("nope") is None
+
+
+@pytest.mark.parametrize("text,message", [
+    ("portfolio:fairness=1.5", "policy 'portfolio': fairness='1.5': must be a number from 0 to 1"),
+    ("portfolio:fairness=nan", "must be a number from 0 to 1"),
+    ("portfolio:fairness=0.1,fairness=0.2", "fairness given twice"),
+    ("portfolio:fairness", "'fairness' is not KEY=VALUE"),
+    ("portfolio:speed=3", "policy 'portfolio' has no parameter 'speed'; it takes fairness (a number from 0 to 1)"),
+    ("tiresias:fairness=0.5", "policy 'tiresias' takes no parameters"),
+    ("deeprm:fairness=0.5", "policy 'deeprm' has no parameter 'fairness'; it takes model"),
+])
+def test_bad_parameters_say_what_is_accepted(text, message):
+    with pytest.raises(BadPolicyName) as e:
+        parse_name(text)
+    assert message in str(e.value)
+
+
+def test_an_unknown_policy_with_parameters_is_unknown():
+    with pytest.raises(UnknownPolicy, match="unknown policy 'nope'"):
+        parse_name("nope:fairness=0.5")
+
+
+def test_a_policy_named_twice_is_an_error_and_all_brings_each_once():
+    with pytest.raises(BadPolicyName, match="policy portfolio:fairness=0.5 given twice"):
+        expand(["portfolio:fairness=0.5", "portfolio:fairness=0.50"])
+    names = expand(["sjf", "all", "portfolio:fairness=0.2"])
+    assert names[0] == "sjf" and names.count("sjf") == 1 and names[-1] == "portfolio:fairness=0.2"
+    assert set(ALL) <= set(names)
+
+
+def test_built_policies_carry_the_canonical_name():
+    assert make_policy("portfolio:fairness=0.50").name == "portfolio:fairness=0.5"
+    assert make_policy("sjf+consolidate+backfill").name == "sjf+consolidate+backfill"

@@ -1,0 +1,124 @@
+"""The batched forward pass that PPO trains through gives what the network gave one
+transition at a time, and training stays reproducible under a seed.
+
+`AttentiveNet.forward` cuts each batch to the job slots and nodes in use and runs the job
+agent once per group of similar queue lengths (`attentived.agents.networks`); the
+reference below is the forward pass as it was before, on one stored transition at a time
+with all the window's padding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attentived.agents.checkpoint import load_model
+from attentived.agents.networks import _MASKED, AttentiveNet, NetConfig, _groups
+from attentived.simulator.engine import prepare_jobs
+from attentived.simulator.trace import load_trace
+from attentived.topology import uniform
+from attentived.training.gym_env import Episode, FixedEpisode, SchedulingEnv
+from attentived.training.ppo import train
+from attentived.training.teacher import teacher_action
+
+from .test_ppo import tiny_config, write_toy_trace
+
+
+def _reference(net: AttentiveNet, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward pass before batching by queue length, for a batch of one: the whole
+    padded window through the job agent, the whole padded node list through the GPU agent."""
+    enc = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool())
+    mask = obs["action_mask"].bool()
+    logits = torch.full(mask.shape, _MASKED)
+    chosen = torch.zeros_like(enc.context)
+    if int(obs["phase"]) == 0:
+        logits[:, : enc.logits.shape[1]] = enc.logits
+    else:
+        chosen = enc.jobs[:, int(obs["job"])]
+        cand, _ = net.gpu_agent(chosen, obs["nodes"], obs["node_valid"].bool(), obs["candidates"], obs["share"])
+        logits[:, : cand.shape[1]] = cand
+    value = net.critic(torch.cat([enc.context, chosen], dim=-1)).squeeze(-1)
+    return logits.masked_fill(~mask, _MASKED), value
+
+
+def _stored_transitions(tmp_path: Path, steps: int = 240) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Observations and actions of a rollout that mixes the teacher's actions with random
+    ones, on 1 to 4 nodes (padded to 4) with a window of 32: queues of every length."""
+    trace = load_trace(write_toy_trace(tmp_path / "toy.csv", n=300))
+    rng = np.random.default_rng(0)
+    obs_rows, actions = [], []
+    for nodes in (1, 2, 4):
+        jobs = prepare_jobs(trace.jobs[: 60 * nodes], seed=nodes)
+        env = SchedulingEnv(FixedEpisode(Episode(tuple(jobs), uniform(nodes, 8), "toy")), window=32, max_nodes=4)
+        obs, _ = env.reset(seed=nodes)
+        for _ in range(steps // 3):
+            a = teacher_action(env) if rng.random() < 0.7 else int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            obs_rows.append(obs)
+            actions.append(a)
+            obs, _, done, _, _ = env.step(a)
+            if done:
+                obs, _ = env.reset()
+    batch = {k: torch.as_tensor(np.stack([np.asarray(o[k]) for o in obs_rows])) for k in obs_rows[0]}
+    return batch, torch.tensor(actions)
+
+
+def test_batched_log_probs_values_and_entropy_equal_the_per_transition_computation(tmp_path):
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2)).train()
+    obs, actions = _stored_transitions(tmp_path)
+    used = (obs["job_valid"].bool() * torch.arange(1, 33)).amax(1)
+    assert used.min() <= 2 and used.max() >= 16 and (obs["phase"] == 1).any()  # the grouping is exercised
+    with torch.no_grad():
+        logits, value = net(obs)
+        reference = [_reference(net, {k: v[i : i + 1] for k, v in obs.items()}) for i in range(len(actions))]
+    ref_logits, ref_value = torch.cat([r[0] for r in reference]), torch.cat([r[1] for r in reference])
+    dist, ref = torch.distributions.Categorical(logits=logits), torch.distributions.Categorical(logits=ref_logits)
+    close = dict(rtol=0.0, atol=1e-5)
+    torch.testing.assert_close(dist.log_prob(actions), ref.log_prob(actions), **close)
+    torch.testing.assert_close(value, ref_value, **close)
+    torch.testing.assert_close(dist.entropy(), ref.entropy(), **close)
+
+
+def test_batched_gradients_equal_the_per_transition_gradients(tmp_path):
+    """What the optimizer sees: the gradient of a PPO-shaped loss over the stored batch."""
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2)).train()
+    obs, actions = _stored_transitions(tmp_path, steps=90)
+
+    def loss(logits: torch.Tensor, value: torch.Tensor, i: slice) -> torch.Tensor:
+        dist = torch.distributions.Categorical(logits=logits)
+        return -(dist.log_prob(actions[i]) + 0.01 * dist.entropy()).sum() + 0.5 * (value**2).sum()
+
+    def grads() -> list[torch.Tensor]:
+        out = [p.grad.clone() for p in net.parameters()]
+        net.zero_grad()
+        return out
+
+    loss(*net(obs), slice(None)).backward()
+    batched = grads()
+    for i in range(len(actions)):
+        loss(*_reference(net, {k: v[i : i + 1] for k, v in obs.items()}), slice(i, i + 1)).backward()
+    for a, b in zip(batched, grads()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_groups_cover_every_row_once_at_a_width_that_holds_it():
+    used = torch.tensor([0, 1, 64, 3, 2, 40, 5, 1, 17, 33, 9, 64] * 30)
+    groups = _groups(used)
+    rows = torch.cat([r for r, _ in groups])
+    assert sorted(rows.tolist()) == list(range(len(used)))
+    assert all(w == max(int(used[r].max()), 1) for r, w in groups)  # cut to the widest row
+    assert len(groups) > 1  # 360 rows: worth several encoder calls
+    (few,) = _groups(torch.tensor([3, 1, 2]))  # too few rows to pay for more calls: one, in order
+    assert few[0].tolist() == [0, 1, 2] and few[1] == 3
+
+
+def test_same_seed_same_trained_weights(tmp_path):
+    weights = []
+    for run in ("a", "b"):
+        cfg = tiny_config(tmp_path / run, val_every=10**6, checkpoint_every=10**6)
+        train(cfg, progress=False)
+        weights.append(load_model(Path(cfg.out_dir) / "final.pt").net.state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
