@@ -19,6 +19,7 @@ congestion, so the plain mean is dominated by the most congested one), and a per
 table. Writes bench/results/fairness_knob.json.
 
     .venv/bin/python bench/fairness_knob.py [--quick] [--windows N] [--skip N] [--genetic 0.5,1] [--annealing 1]
+        [--policy NAME ...] [--out FILE]   # NAME e.g. attentive:model=runs/a/best.pt,fairness=1
 
 The committed results come from ``--windows 16 --genetic 0.5,0.75,1 --annealing 0.75,1
 --before RUNS.json``, where RUNS.json held the same windows and seeds replayed by
@@ -64,21 +65,6 @@ def matched_windows(count: int, skip: int = 0):
     return uniform(16, 8, nodes_per_switch=2), out
 
 
-def search_policy(kind: str, fairness: float | None, seed: int):
-    """A look-ahead chooser at fairness W (``None``: the class default) with the
-    consolidating placer, as the ``portfolio``/``genetic``/``annealing`` presets build it."""
-    from attentived.agents.annealing import Annealing
-    from attentived.agents.genetic import Genetic
-    from attentived.agents.metaheuristic import Portfolio
-    from attentived.agents.placement import Consolidate
-    from attentived.agents.policy import Scheduler
-
-    cls = {"portfolio": Portfolio, "genetic": Genetic, "annealing": Annealing}[kind]
-    chooser = cls(seed=seed) if fairness is None else cls(seed=seed, fairness=fairness)
-    label = kind if fairness is None else f"{kind}:fairness={fairness:g}"
-    return Scheduler(chooser, Consolidate(), name=label)
-
-
 def stats(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "min": float(np.min(values)), "max": float(np.max(values))}
 
@@ -97,6 +83,8 @@ def main() -> None:
     ap.add_argument("--genetic", default="", help="W levels for genetic (slower), e.g. 0.5,1; empty: none")
     ap.add_argument("--annealing", default="", help="W levels for annealing (slower), e.g. 0.75,1; empty: none")
     ap.add_argument("--default", action="store_true", help="also run portfolio at the class default W")
+    ap.add_argument("--policy", action="append", default=[],
+                    help="another policy to run (repeatable), e.g. attentive:model=runs/a/best.pt,fairness=0.5")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--before", default=None,
                     help="JSON of runs of the same windows and seeds by the code before the knob ({name: [run rows]}), "
@@ -104,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from attentived.agents.objective import DEFAULT_FAIRNESS
-    from attentived.agents.registry import make_policy
+    from attentived.agents.registry import expand, make_policy
     from attentived.simulator.replay import replay
 
     n_windows = 2 if args.quick else args.windows
@@ -114,14 +102,13 @@ def main() -> None:
     annealing = tuple(float(x) for x in args.annealing.split(",")) if args.annealing else ()
     topo, traces = matched_windows(n_windows, args.skip)
 
+    names = list(HEURISTICS) + (["portfolio"] if args.default else [])
+    names += [f"{kind}:fairness={w:g}" for kind, ws in (("portfolio", levels), ("genetic", genetic), ("annealing", annealing))
+              for w in ws]
+    names = expand(names + args.policy)
+
     def policies(seed: int):
-        out = [make_policy(h, seed=seed) for h in HEURISTICS]
-        if args.default:
-            out.append(search_policy("portfolio", None, seed))
-        out += [search_policy("portfolio", w, seed) for w in levels]
-        out += [search_policy("genetic", w, seed) for w in genetic]
-        out += [search_policy("annealing", w, seed) for w in annealing]
-        return out
+        return [make_policy(n, seed=seed) for n in names]
 
     runs: dict[str, list[dict[str, float]]] = {}
     per_window: dict[str, dict[str, dict[str, float]]] = {}
@@ -143,7 +130,7 @@ def main() -> None:
                 runs[f"{name} (before)"] = rows
     for name in runs:  # the same (window, seed) order in every list
         runs[name].sort(key=lambda r: ([t.name for t in traces].index(r["window"]), r["seed"]))
-    names = list(runs)
+    names = list(runs)  # the policies, then the "(before)" rows
     ref = runs[REFERENCE]
     summary = {}
     for name in names:

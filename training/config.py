@@ -31,6 +31,11 @@ DEFAULT_CURRICULUM = (
 )
 
 
+TEACHER_NAMES = ("smallest-gpu-time", "look-ahead")
+"""The teachers `training.teacher.TEACHERS` builds: a heuristic, or the look-ahead at each
+episode's fairness setting W (expert iteration)."""
+
+
 @dataclass(frozen=True)
 class PPOConfig:
     """Every hyper-parameter of a training run."""
@@ -59,7 +64,7 @@ class PPOConfig:
     # and the network reads W (one model for every W; validated at VALIDATION_FAIRNESS).
     # None: W = 1 for every episode and no W input (the DRL baselines).
     fairness_range: tuple[float, float] | None = None
-    teacher: str = "smallest-gpu-time"  # training.teacher.TEACHERS: "look-ahead" follows each episode's W
+    teacher: str = "smallest-gpu-time"  # one of TEACHER_NAMES (training.teacher.TEACHERS)
     # model
     net: NetConfig = field(default_factory=NetConfig)  # attentive
     mlp: MlpConfig = field(default_factory=MlpConfig)  # deeprm, proximity-drl
@@ -125,6 +130,8 @@ class PPOConfig:
     def __post_init__(self) -> None:
         if self.fairness_range is not None and not 0.0 <= self.fairness_range[0] <= self.fairness_range[1] <= 1.0:
             raise ValueError(f"fairness_range must be [lo, hi] within [0, 1], got {list(self.fairness_range)}")
+        if self.teacher not in TEACHER_NAMES:
+            raise ValueError(f"teacher must be one of {', '.join(TEACHER_NAMES)}, got {self.teacher!r}")
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))

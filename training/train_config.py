@@ -44,7 +44,10 @@ def apply_settings(cfg: PPOConfig, doc: dict[str, Any], source: str = "config") 
             raise TrainConfigError(f"{source}: {key}: unknown training setting")
         current = getattr(cfg, key)
         changes[key] = _coerce(current, value, f"{source}: {key}")
-    return replace(cfg, **changes)
+    try:
+        return replace(cfg, **changes)
+    except ValueError as e:  # PPOConfig's own checks (ranges, names)
+        raise TrainConfigError(f"{source}: {e}") from None
 
 
 def _reward(current: RewardWeights, table: Any, source: str) -> RewardWeights:
@@ -66,6 +69,10 @@ def _coerce(current: Any, value: Any, where: str) -> Any:
         if isinstance(current, bool) and isinstance(value, bool):
             return value
         raise TrainConfigError(f"{where}: expected {type(current).__name__}, got {value!r}")
+    if current is None and isinstance(value, list):  # an optional range (fairness_range)
+        if len(value) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise TrainConfigError(f"{where}: expected a list of 2 numbers, got {value!r}")
+        return (float(value[0]), float(value[1]))
     if isinstance(current, tuple):
         if not isinstance(value, list) or len(value) != len(current):
             raise TrainConfigError(f"{where}: expected a list of {len(current)} numbers, got {value!r}")

@@ -30,6 +30,9 @@ def test_toml_sets_plain_fields_and_reward_weights(tmp_path):
         ({"reward": {"speed": 1}}, "reward.speed: unknown reward weight"),
         ({"reward": {"comm": -1}}, "reward: reward weight comm must be non-negative"),
         ({"net": {}}, "net: unknown"),
+        ({"fairness_range": [0.9, 0.1]}, "fairness_range must be \\[lo, hi\\] within \\[0, 1\\]"),
+        ({"fairness_range": [0, "x"]}, "fairness_range: expected a list of 2 numbers"),
+        ({"teacher": "oracle"}, "teacher must be one of smallest-gpu-time, look-ahead"),
     ],
 )
 def test_bad_settings_name_the_key(doc, where):
@@ -44,3 +47,14 @@ def test_unreadable_or_invalid_toml(tmp_path):
     bad.write_text("seed = = 1")
     with pytest.raises(TrainConfigError, match="not valid TOML"):
         load_train_config(bad)
+
+
+def test_the_fairness_range_and_teacher_come_from_a_file_too(tmp_path):
+    from attentived.training.config import TEACHER_NAMES
+    from attentived.training.teacher import TEACHERS
+
+    assert tuple(TEACHERS) == TEACHER_NAMES
+    f = tmp_path / "train.toml"
+    f.write_text('fairness_range = [0.2, 0.8]\nteacher = "look-ahead"\n')
+    cfg = load_train_config(f)
+    assert cfg.fairness_range == (0.2, 0.8) and cfg.teacher == "look-ahead"
