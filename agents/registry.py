@@ -65,7 +65,7 @@ FAIRNESS = Parameter(
     "a number from 0 to 1", unit_interval, f"{DEFAULT_FAIRNESS:g}")
 AGENT_FAIRNESS = Parameter(
     "fairness", FAIRNESS.summary + "; an input of the network, so only a model trained with it takes it",
-    FAIRNESS.accepted, unit_interval, "none: the shipped model predates the input")
+    FAIRNESS.accepted, unit_interval, f"{DEFAULT_FAIRNESS:g} (a model trained without the input takes none)")
 MODEL = Parameter("model", "the model file to run (`attentived train --out`)", "an existing model file", model_file,
                   "the shipped model")
 

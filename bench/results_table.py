@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-KNOB_SETTINGS = (0.0, 0.25, 0.5, 0.75, 1.0)
+KNOB_SETTINGS = (0.0, 0.5, 1.0)
 KNOBS = ("portfolio",)
 EXTRA_POLICIES = ("sjf+consolidate+backfill", *(f"{k}:fairness={w:g}" for k in KNOBS for w in KNOB_SETTINGS))
 """Besides `all`: backfilled SJF, and each fairness knob over its range (the curve that

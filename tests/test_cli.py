@@ -241,7 +241,6 @@ def _policy_args(command: str) -> list[str]:
     ("attentive:fair=0.5", ["'attentive'", "'fair'", "it takes fairness", "model"]),
     ("fifo:fairness=0.5", ["'fifo'", "takes no parameters"]),
     ("attentive:model=missing.pt", ["'attentive'", "model='missing.pt'", "an existing model file"]),
-    ("attentive:fairness=0.5", ["attentive-default.pt", "without the fairness input"]),
 ])
 @pytest.mark.parametrize("command", ["replay", "compare", "evaluate"])
 def test_bad_policy_parameters_exit_2_naming_policy_key_and_accepted(command, name, words):
@@ -263,3 +262,20 @@ def test_a_checkpoint_is_a_policy_parameter_and_results_use_the_full_name():
     assert runs["attentive"]["avg_jct"] == runs[f"attentive:model={model}"]["avg_jct"]
     r = cli("replay", "--sample", "tiresias-60", "--max-jobs", "5", "-p", "sjf", "-p", "fifo", "-p", "sjf")
     assert r.returncode == 2 and "policy sjf given twice" in r.stderr
+
+
+def test_the_fairness_setting_reaches_the_shipped_agent_and_an_older_model_refuses_it(tmp_path):
+    import torch
+
+    from attentived.agents.checkpoint import save_model
+    from attentived.agents.networks import AttentiveNet, NetConfig
+
+    r = cli("replay", "--sample", "tiresias-60", "--nodes", "2", "--json",
+            "-p", "attentive:fairness=0", "-p", "attentive:fairness=1")
+    assert r.returncode == 0, r.stderr
+    assert list(json.loads(r.stdout)["policies"]) == ["attentive:fairness=0", "attentive:fairness=1"]
+    torch.manual_seed(0)
+    old = save_model(tmp_path / "old.pt", AttentiveNet(NetConfig(d_model=16, heads=2, layers=1)), window=16,
+                     max_candidates=6, meta={})
+    r = cli("replay", "--sample", "tiresias-60", "--max-jobs", "5", "-p", f"attentive:model={old},fairness=0.5")
+    assert r.returncode == 2 and "old.pt" in r.stderr and "without the fairness input" in r.stderr
