@@ -295,4 +295,6 @@ def test_a_bad_policy_parameter_is_refused_on_reload_and_the_old_config_kept(tmp
         assert svc.reload() is False
         assert svc.config.policy == "sjf+consolidate" and svc.runner.policy_name == "sjf+consolidate"
     assert svc.metrics.errors.value(kind="config") == 3
+    conf.write_text(head + 'policy = "attentive:fairness=0.3"\n')  # the shipped model takes W
+    assert svc.reload() is True and svc.runner.policy_name == "attentive:fairness=0.3"
     svc._close()
