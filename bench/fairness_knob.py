@@ -35,6 +35,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -132,7 +133,7 @@ def main() -> None:
         runs[name].sort(key=lambda r: ([t.name for t in traces].index(r["window"]), r["seed"]))
     names = list(runs)  # the policies, then the "(before)" rows
     ref = runs[REFERENCE]
-    summary = {}
+    summary: dict[str, dict[str, Any]] = {}
     for name in names:
         rs = runs[name]
         summary[name] = {k: stats([r[k] for r in rs]) for k in ("avg_jct", "max_user_wait", "jain_slowdown", "avg_wait", "p99_jct")}
