@@ -24,8 +24,10 @@ from attentived.daemon.records import (
 FIX = Path(__file__).parent / "fixtures"
 
 STUB = r"""#!/bin/bash
-# stand-in for a Slurm command: log argv (one JSON list per line), answer from fixtures
-python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$(basename "$0")" "$@" >> "$STUB_LOG"
+# stand-in for a Slurm command: log argv (one JSON list per line, in one write: the backend
+# runs commands in parallel, and an unbuffered print writes the newline separately), answer
+# from fixtures
+python3 -c 'import json,sys; sys.stdout.write(json.dumps(sys.argv[1:]) + "\n")' "$(basename "$0")" "$@" >> "$STUB_LOG"
 name=$(basename "$0")
 case "$name $*" in
   "scontrol --version") echo "slurm $STUB_VERSION" ;;
