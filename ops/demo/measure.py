@@ -135,15 +135,10 @@ TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "max_user_wait"
 # ---- the simulator's prediction ----------------------------------------------------------------
 
 
-def make_demo_policy(name: str, seed: int = 0) -> Any:
-    """A policy by name, ``attentive`` included (the shipped model unless ``model=``)."""
+def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0) -> list[JobRecord]:
+    """The simulator's replay of the demo workload under ``policy`` (any registry name, the
+    learned ones included; records named like the live jobs)."""
     from attentived.agents.registry import make_policy
 
-    return make_policy(name, seed)
-
-
-def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0) -> list[JobRecord]:
-    """The simulator's replay of the demo workload under ``policy`` (records named like the
-    live jobs)."""
     topo = topo or demo_topology()
-    return list(Simulation(workload.sim_jobs(), topo, make_demo_policy(policy, seed)).run().records)
+    return list(Simulation(workload.sim_jobs(), topo, make_policy(policy, seed)).run().records)
