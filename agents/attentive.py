@@ -20,7 +20,7 @@ import torch
 
 from .features import Candidate, Context, GpuView, JobView
 from .networks import AttentiveNet, JobEncoding, masked
-from .objective import DEFAULT_FAIRNESS
+from .objective import DEFAULT_FAIRNESS, check_fairness
 from .order import estimated_runtime
 from .state import ClusterState, PendingJob
 from .two_phase import TwoPhasePolicy
@@ -101,9 +101,7 @@ class AttentivePolicy(TwoPhasePolicy):
                                  "fairness=; run it without the parameter or train a model that has it")
             self._fairness = None
         else:
-            w = DEFAULT_FAIRNESS if fairness is None else fairness
-            if not 0.0 <= w <= 1.0:
-                raise ValueError(f"fairness must be in [0, 1], got {w}")
+            w = check_fairness(DEFAULT_FAIRNESS if fairness is None else fairness)
             self._fairness = torch.tensor([[w]], dtype=torch.float32)
 
     @property

@@ -99,8 +99,9 @@ COUNT_EXPONENT = 1.0
 mean wait of a user with few jobs more (1: exactly the derivative of the mean)."""
 
 
-def check_fairness(fairness: float) -> float:
-    """``fairness`` as a float; ValueError unless 0 <= fairness <= 1."""
+def check_fairness(fairness: float | str) -> float:
+    """``fairness`` (a number, or its text in a policy name) as a float; ValueError unless
+    0 <= fairness <= 1."""
     w = float(fairness)
     if not 0.0 <= w <= 1.0:  # also refuses nan
         raise ValueError(f"fairness must be between 0 and 1, got {fairness!r}")

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import cast
 
 from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
-from .objective import DEFAULT_FAIRNESS
+from .objective import DEFAULT_FAIRNESS, check_fairness
 from .policy import Policy, Scheduler
-from .spec import BadPolicyName, Parameter, PolicySpec, model_file, parse, unit_interval
+from .spec import BadPolicyName, Parameter, PolicySpec, model_file, parse
 
 __all__ = ["ALL", "LEARNED", "ORDERS", "PLACERS", "PRESETS", "Preset", "UnknownPolicy", "expand", "make_policy",
            "parameters", "parse_name", "runnable", "unsupported"]
@@ -62,10 +62,10 @@ class UnknownPolicy(BadPolicyName):
 
 FAIRNESS = Parameter(
     "fairness", "how much the worst-off users are protected: 0 = completion time only, 1 = as much as possible",
-    "a number from 0 to 1", unit_interval, f"{DEFAULT_FAIRNESS:g}")
+    "a number from 0 to 1", check_fairness, f"{DEFAULT_FAIRNESS:g}")
 AGENT_FAIRNESS = Parameter(
     "fairness", FAIRNESS.summary + "; an input of the network, so only a model trained with it takes it",
-    FAIRNESS.accepted, unit_interval, f"{DEFAULT_FAIRNESS:g} (a model trained without the input takes none)")
+    FAIRNESS.accepted, check_fairness, f"{DEFAULT_FAIRNESS:g} (a model trained without the input takes none)")
 MODEL = Parameter("model", "the model file to run (`attentived train --out`)", "an existing model file", model_file,
                   "the shipped model")
 

@@ -11,7 +11,6 @@ than a run silently dropped.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +36,6 @@ class Parameter:
             return self.convert(text)
         except ValueError:
             raise BadPolicyName(f"policy {policy!r}: {self.key}={text!r}: must be {self.accepted}") from None
-
-
-def unit_interval(text: str) -> float:
-    """A number in [0, 1] (``ValueError`` otherwise)."""
-    x = float(text)
-    if not (math.isfinite(x) and 0.0 <= x <= 1.0):
-        raise ValueError(text)
-    return x
 
 
 def model_file(text: str) -> str:

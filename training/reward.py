@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attentived.agents.objective import check_fairness
 from attentived.agents.state import ClusterState
 from attentived.simulator.engine import JobRecord, SimJob
 from attentived.simulator.metrics import user_mean_waits
@@ -93,10 +94,8 @@ class RewardTracker:
     def __init__(self, jobs: Sequence[SimJob], weights: RewardWeights = RewardWeights(), fairness: float = 1.0) -> None:
         if not jobs:
             raise ValueError("an episode needs jobs")
-        if not 0.0 <= fairness <= 1.0:
-            raise ValueError(f"the fairness setting must be in [0, 1], got {fairness}")
         self.weights = weights
-        self.fairness = fairness
+        self.fairness = check_fairness(fairness)
         self._submits = np.sort([s.job.submit_time for s in jobs])
         self._submit_prefix = np.concatenate([[0.0], np.cumsum(self._submits)])
         self._ideal_seconds = float(sum(s.job.duration for s in jobs))
