@@ -119,11 +119,17 @@ def parse_name(text: str) -> PolicySpec:
 def expand(requested: Sequence[str]) -> list[str]:
     """Canonical names of ``requested``, ``all`` expanded to `ALL`. A policy named twice
     (in any spelling) is an error; one that ``all`` also brings runs once."""
-    named = [parse_name(p).name for p in requested if p != "all"]
-    repeated = sorted({n for n in named if named.count(n) > 1})
-    if repeated:
-        raise BadPolicyName(f"policy {repeated[0]} given twice")
-    out = [n for p in requested for n in (ALL if p == "all" else [parse_name(p).name])]
+    out: list[str] = []
+    named: set[str] = set()
+    for p in requested:
+        if p == "all":
+            out.extend(ALL)
+            continue
+        name = parse_name(p).name
+        if name in named:
+            raise BadPolicyName(f"policy {name} given twice")
+        named.add(name)
+        out.append(name)
     return list(dict.fromkeys(out))
 
 

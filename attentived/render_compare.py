@@ -88,16 +88,15 @@ def comparison_tables(cmp: Comparison, console: Console | None = None) -> None:
 def _knob_tables(console: Console, cmp: Comparison, per: dict) -> None:
     """Per fairness knob run at several W: which settings match or beat each other policy
     on avg JCT *and* the worst-off user's wait (`simulator.pareto.versus`)."""
-    from attentived.simulator.pareto import PARETO_AXES, curves, versus
+    from attentived.simulator.pareto import knobs, points
 
-    points = {p: tuple(per[p][m].mean for m in PARETO_AXES) for p in cmp.policies}
-    for base, curve in curves(list(cmp.policies)).items():
+    for base, (curve, rivals) in knobs(points({p: per[p] for p in cmp.policies})).items():
         table = Table(title=f"{base} over W = {', '.join(f'{w:g}' for w in curve)}", title_justify="left",
                       caption="covered by: the settings with avg JCT and worst-off user's wait both at most the "
                               "other policy's", caption_justify="left")
         table.add_column("other policy")
         table.add_column("covered by")
-        for v in versus(curve, points):
+        for v in rivals:
             table.add_row(v.other, v.describe())
         console.print(table)
 

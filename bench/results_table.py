@@ -135,20 +135,16 @@ def markdown(cmp_result, cluster_text: str) -> str:
 def knob_lines(per: dict, policies: list[str]) -> list[str]:
     """Per fairness knob: for every other policy, the settings W that are at least as fast
     and protect the worst-off user at least as well, or the closest W and its shortfall."""
-    from attentived.agents.registry import parse_name
-    from attentived.simulator.pareto import PARETO_AXES, curves, versus
+    from attentived.simulator.pareto import knobs, points
 
     lines = []
-    for base, curve in curves(policies).items():
-        # the knob's own policy at its default setting is a point of the curve, not a rival
-        points = {p: tuple(per[p][m].mean for m in PARETO_AXES) for p in policies
-                  if p in curve.values() or parse_name(p).base != parse_name(base).base}
+    for base, (curve, rivals) in knobs(points({p: per[p] for p in policies})).items():
         lines.append(f"{base} over W = {', '.join(f'{w:g}' for w in curve)} against every other policy "
                      "(avg JCT and worst user wait both at most the other's):")
         lines.append("")
         lines.append("| other policy | covered by |")
         lines.append("|---|---|")
-        for v in versus(curve, points):
+        for v in rivals:
             lines.append(f"| {v.other} | {v.describe()} |")
         lines.append("")
     return lines

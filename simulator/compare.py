@@ -47,7 +47,7 @@ from attentived.topology.speed import SpeedModel
 
 from .engine import Simulation, prepare_jobs
 from .metrics import SUMMARY_KEYS, summarize
-from .pareto import PARETO_AXES, curves, pareto_front, versus
+from .pareto import curves, knobs, pareto_front, points
 from .trace import Trace, check_fits
 
 __all__ = [
@@ -458,6 +458,7 @@ class Comparison:
 
     def as_json(self) -> dict:
         topo = self.topology
+        stats = self.stats()
         return {
             "cluster": {"nodes": len(topo.nodes), "gpus": topo.num_gpus},
             "seeds": list(self.seeds),
@@ -465,17 +466,14 @@ class Comparison:
             "workloads": [w.describe(topo.num_gpus) for w in self.workloads],
             "metrics": list(METRICS),
             "results": {
-                w: {p: {m: s.as_json() for m, s in ms.items()} for p, ms in ps.items()} for w, ps in self.stats().items()
+                w: {p: {m: s.as_json() for m, s in ms.items()} for p, ms in ps.items()} for w, ps in stats.items()
             },
-            "pareto": {
-                w: pareto_front({p: tuple(ms[m].mean for m in PARETO_AXES) for p, ms in ps.items()})
-                for w, ps in self.stats().items()
-            },
+            "pareto": {w: pareto_front(points(ps)) for w, ps in stats.items()},
             "knobs": {
                 w: {base: {"settings": {f"{x:g}": name for x, name in curve.items()},
-                           "versus": {v.other: v.as_json() for v in versus(curve, _points(ps))}}
-                    for base, curve in curves(list(self.policies)).items()}
-                for w, ps in self.stats().items()
+                           "versus": {v.other: v.as_json() for v in vs}}
+                    for base, (curve, vs) in knobs(points(ps)).items()}
+                for w, ps in stats.items()
             },
             "runs": [
                 {"workload": r.workload, "policy": r.policy, "seed": r.seed, "decisions": r.decisions,
@@ -483,11 +481,6 @@ class Comparison:
                 for r in self.runs
             ],
         }
-
-
-def _points(per: dict[str, dict[str, Stat]]) -> dict[str, tuple[float, ...]]:
-    """Each policy's mean on the `PARETO_AXES`."""
-    return {p: tuple(ms[m].mean for m in PARETO_AXES) for p, ms in per.items()}
 
 
 def compare(
@@ -629,9 +622,9 @@ def _pareto_plot(per: dict[str, dict[str, Stat]], names: list[str], label: str, 
     one line through its points, each marked with its W."""
     import matplotlib.pyplot as plt
 
-    front = set(pareto_front({p: tuple(per[p][m].mean for m in PARETO_AXES) for p in names}))
-    knobs = curves(names)
-    on_curve = {name for c in knobs.values() for name in c.values()}
+    front = set(pareto_front(points({p: per[p] for p in names})))
+    lines = curves(names)
+    on_curve = {name for c in lines.values() for name in c.values()}
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, metric, ylabel in ((axes[0], "max_user_wait", "worst-off user's mean wait (h)"),
                                (axes[1], "jain_slowdown", "Jain over users' mean slowdown (higher is fairer)")):
@@ -642,7 +635,7 @@ def _pareto_plot(per: dict[str, dict[str, Stat]], names: list[str], label: str, 
             if p not in on_curve:
                 ax.annotate(p, (x_, y_), fontsize=7, xytext=(3, 3), textcoords="offset points",
                             fontweight="bold" if p in front else "normal")
-        for k, (base, curve) in enumerate(knobs.items()):
+        for k, (base, curve) in enumerate(lines.items()):
             xs = [per[n]["avg_jct"].mean / 3600 for n in curve.values()]
             ys = [per[n][metric].mean * scale for n in curve.values()]
             ax.plot(xs, ys, color=f"C{(k + 3) % 10}", linewidth=1.5, label=f"{base} over W")
@@ -654,7 +647,7 @@ def _pareto_plot(per: dict[str, dict[str, Stat]], names: list[str], label: str, 
         ax.set_xlabel("avg JCT (h)")
         ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
-        if knobs:
+        if lines:
             ax.legend(fontsize=7)
     fig.suptitle(f"Efficiency vs fairness - {label} (o, bold: Pareto front of avg JCT and worst-off wait)", fontsize=9)
     fig.tight_layout()

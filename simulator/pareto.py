@@ -13,10 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PARETO_AXES = ("avg_jct", "max_user_wait")
 
 Point = tuple[float, ...]
+
+
+def points(per: Mapping[str, Mapping[str, Any]]) -> dict[str, Point]:
+    """Each policy's mean on the `PARETO_AXES`, from ``policy -> metric -> stat`` (anything
+    with a ``mean``, as `simulator.compare.Stat`)."""
+    return {p: tuple(ms[m].mean for m in PARETO_AXES) for p, ms in per.items()}
 
 
 def pareto_front(points: Mapping[str, Point]) -> list[str]:
@@ -78,4 +85,18 @@ def versus(curve: Mapping[float, str], points: Mapping[str, Point]) -> list[Vers
         covering = tuple(w for w, r in ratios.items() if all(x <= 1.0 for x in r))
         closest = min(ratios, key=lambda w: (max(ratios[w]), w))
         out.append(Versus(other, covering, closest, ratios[closest]))
+    return out
+
+
+def knobs(pts: Mapping[str, Point]) -> dict[str, tuple[dict[float, str], list[Versus]]]:
+    """Every policy run at two or more fairness settings: its curve, and `versus` every
+    other policy. The same policy named without a setting (its default) is a point of the
+    curve, not a rival, so it is left out of the comparison."""
+    from attentived.agents.registry import parse_name
+
+    out = {}
+    for base, curve in curves(list(pts)).items():
+        own = parse_name(base).base
+        rivals = {p: v for p, v in pts.items() if p in curve.values() or parse_name(p).base != own}
+        out[base] = (curve, versus(curve, rivals))
     return out

@@ -35,3 +35,13 @@ def test_versus_names_the_covering_settings_or_the_shortfall():
     assert fair.covering == () and fair.closest == 1.0
     assert fair.ratios == pytest.approx((2.0 / 1.8, 4.0 / 3.0))
     assert "closest W=1" in fair.describe() and "max_user_wait x1.33" in fair.describe()
+
+
+def test_a_knob_is_not_compared_with_its_own_default_setting():
+    from attentived.simulator.pareto import knobs
+
+    pts = {"portfolio": (1.5, 5.0), "portfolio:fairness=0": (1.0, 9.0), "portfolio:fairness=1": (2.0, 4.0),
+           "sjf": (1.2, 9.5)}
+    ((base, (curve, rivals)),) = knobs(pts).items()
+    assert base == "portfolio" and list(curve) == [0.0, 1.0]
+    assert [v.other for v in rivals] == ["sjf"] and rivals[0].covering == (0.0,)
