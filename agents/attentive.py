@@ -157,6 +157,7 @@ class AttentivePolicy(TwoPhasePolicy):
             torch.from_numpy(view.valid)[None],
             need_weights=need_weights,
             fairness=self._fairness,
+            urgency=torch.from_numpy(view.urgency)[None] if self.net.cfg.urgency_input else None,
         )
 
     def _place(self, ctx: Context, enc: JobEncoding, slot: int, job: PendingJob) -> tuple[int, ...]:

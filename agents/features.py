@@ -45,6 +45,7 @@ from attentived.topology import Link, Topology
 from attentived.topology.speed import SpeedModel
 
 from .fit import Fit, request
+from .objective import fairness_weights
 from .order import estimated_runtime, estimated_runtimes
 from .placement import Consolidate, FirstFit, LoadBalance, free_counts
 from .state import ClusterState, PendingJob
@@ -131,6 +132,30 @@ class Context:
         return Room.of(self.state.topology, usable)
 
 
+def start_delays(ctx: Context, gpus: np.ndarray) -> np.ndarray:
+    """Seconds until jobs asking ``gpus`` could start, by GPU count, if running jobs end
+    at their time limits (0 for those that fit now; shapes ignored)."""
+    state = ctx.state
+    releases = np.sort(ctx.until_free[~state.free])
+    capacity = state.num_free + np.arange(1, len(releases) + 1)  # free after each release
+    at = np.searchsorted(capacity, gpus)
+    return np.where(gpus <= state.num_free, 0.0, np.append(releases, _NEVER)[at])
+
+
+def job_urgency(ctx: Context) -> np.ndarray:
+    """Per pending job, the log of its user's fairness weight (`fairness_weights`: the
+    user's projected mean wait over the users' mean, squared, per job of theirs; 0 for an
+    average user), over 4 and clipped to [-3, 3]. The look-ahead at setting W weighs a
+    job's completion time by ``(1 - W) + W * weight``; a model that takes W reads this
+    beside it, so following its teacher across W needs no re-derivation of the weight
+    from the users' histories."""
+    q = ctx.state.queue
+    if not len(q.gpus):
+        return np.zeros(0, np.float32)
+    weight = fairness_weights(ctx.state, start_delays(ctx, q.gpus.astype(float)))
+    return np.clip(np.log(np.maximum(weight, 1e-12)) / 4.0, -3.0, 3.0).astype(np.float32)
+
+
 def fits(job: PendingJob, num_free: int, node_free: np.ndarray) -> bool:
     """Whether some placement of ``job`` exists on the free GPUs (every placer finds one then)."""
     if job.num_gpus > num_free:
@@ -153,6 +178,7 @@ class JobView:
     feasible: np.ndarray  # [W] bool: that job can start now
     index: np.ndarray  # [W] int64
     wait_allowed: bool
+    urgency: np.ndarray  # [W] float32: `urgency` of each slot's job (0 pads)
 
     @property
     def action_mask(self) -> np.ndarray:
@@ -237,9 +263,11 @@ class FeatureEncoder:
         valid[:k] = True
         index[:k] = idx
         feasible[:k] = ctx.feasible[idx]
+        urgency = np.zeros(W, np.float32)
         if k:
             jobs[:k] = self._job_rows(ctx, idx)
-        return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx))
+            urgency[:k] = job_urgency(ctx)[idx]
+        return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx), urgency)
 
     def _job_rows(self, ctx: Context, idx: np.ndarray) -> np.ndarray:
         """Feature rows of the pending jobs ``idx`` (queue indices), in that order."""
@@ -259,11 +287,7 @@ class FeatureEncoder:
         pending_by_user = np.bincount(q.user, minlength=len(q.users))[q.user[idx]]
         users = [state.user(j.user) for j in window]
         accuracy = [u.limit_accuracy for u in users]
-        # When could each job start, if running jobs end at their limits (ignoring shape)?
-        releases = np.sort(ctx.until_free[~state.free])
-        capacity = state.num_free + np.arange(1, len(releases) + 1)  # free after each release
-        at = np.searchsorted(capacity, gpus)
-        start_in = np.where(gpus <= state.num_free, 0.0, np.append(releases, _NEVER)[at])
+        start_in = start_delays(ctx, gpus)
         max_island, max_node = int(ctx.island_free.max()), int(ctx.node_free.max())
         mean_wait = wait.mean() or 1.0
         log_est = np.log1p(est_f / 60.0)

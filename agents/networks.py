@@ -50,6 +50,15 @@ class NetConfig:
     #: Whether the fairness setting W is an input (a preference-conditioned model: one
     #: network for every W). Model files from before it have no such key: no input.
     fairness_input: bool = False
+    #: Whether the job agent reads each job's urgency (`features.job_urgency`, the log of
+    #: the look-ahead's fairness weight) beside W, as a token input and as a pointer bias
+    #: linear in ``urgency`` and ``W * urgency``: the look-ahead's own Smith ratio, so
+    #: the model can follow its teacher across W. Needs ``fairness_input``.
+    urgency_input: bool = False
+
+    def __post_init__(self) -> None:
+        if self.urgency_input and not self.fairness_input:
+            raise ValueError("urgency_input needs fairness_input (the urgency is read beside W)")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,6 +106,10 @@ class JobAgent(nn.Module):
         # W enters where the queue is summarised, so every token can attend to it and the
         # pointer's query (pooled from the summary tokens) carries it.
         self.fairness_in = nn.Linear(1, d) if cfg.fairness_input else None
+        # Each job's urgency u and W * u: into its token, and straight into its logit (the
+        # bias starts at 0, so a fresh model's pointer is unchanged by it).
+        self.urgency_in = nn.Linear(2, d) if cfg.urgency_input else None
+        self.urgency_bias = nn.Parameter(torch.zeros(2)) if cfg.urgency_input else None
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(d)
         self.query = nn.Linear(d, d)
@@ -104,16 +117,27 @@ class JobAgent(nn.Module):
         self.scale = 1.0 / math.sqrt(d)
 
     def forward(self, jobs: Tensor, summary: Tensor, valid: Tensor, need_weights: bool = False,
-                fairness: Tensor | None = None) -> JobEncoding:
-        """``fairness``: W per row, [B, 1]; required exactly when the network takes it."""
+                fairness: Tensor | None = None, urgency: Tensor | None = None) -> JobEncoding:
+        """``fairness``: W per row, [B, 1]; ``urgency``: per job slot, [B, W]; each
+        required exactly when the network takes it."""
         B, W, _ = jobs.shape
         S = summary.shape[1]
         summaries = self.summary_in(summary) + self.summary_type
+        job_tokens = self.job_in(jobs)
+        bias = None
         if self.fairness_in is not None:
             if fairness is None:
                 raise ValueError("this network takes the fairness setting W as an input")
-            summaries = summaries + self.fairness_in(fairness.view(B, 1).to(summaries.dtype)).unsqueeze(1)
-        tokens = torch.cat([summaries, self.wait_token.expand(B, 1, -1), self.job_in(jobs)], dim=1)
+            w = fairness.view(B, 1).to(summaries.dtype)
+            summaries = summaries + self.fairness_in(w).unsqueeze(1)
+            if self.urgency_in is not None:
+                if urgency is None:
+                    raise ValueError("this network takes each job's urgency as an input")
+                u = urgency.view(B, W).to(summaries.dtype)
+                pair = torch.stack([u, w * u], dim=-1)  # [B, W, 2]
+                job_tokens = job_tokens + self.urgency_in(pair)
+                bias = pair @ self.urgency_bias  # [B, W]
+        tokens = torch.cat([summaries, self.wait_token.expand(B, 1, -1), job_tokens], dim=1)
         pad = torch.cat([torch.zeros(B, S + 1, dtype=torch.bool, device=jobs.device), ~valid], dim=1)
         attention = None
         for i, layer in enumerate(self.layers):
@@ -123,6 +147,8 @@ class JobAgent(nn.Module):
         context = tokens[:, :S].mean(dim=1)
         keys = self.key(torch.cat([tokens[:, S + 1 :], tokens[:, S : S + 1]], dim=1))  # jobs, then WAIT
         logits = 10.0 * torch.tanh(torch.einsum("bd,btd->bt", self.query(context), keys) * self.scale)
+        if bias is not None:
+            logits = logits + torch.cat([bias, bias.new_zeros(B, 1)], dim=1)
         return JobEncoding(tokens[:, S + 1 :], context, logits, attention)
 
 
@@ -181,8 +207,9 @@ class AttentiveNet(nn.Module):
         job_phase, gpu_rows = phase == 0, torch.nonzero(phase != 0).view(-1)
         slot = torch.where(job_phase, 0, obs["job"].long().view(B))  # the job phase has chosen no job yet
         fairness = obs.get("fairness") if self.cfg.fairness_input else None
+        urgency = obs.get("urgency") if self.cfg.urgency_input else None
         context, job_logits, job_token = self._encode_queues(obs["jobs"], obs["summary"], obs["job_valid"].bool(), slot,
-                                                             fairness)
+                                                             fairness, urgency)
         logits = torch.full(mask.shape, _MASKED, dtype=job_logits.dtype, device=mask.device)
         logits[job_phase, : W + 1] = job_logits[job_phase]
         chosen = torch.where(job_phase.unsqueeze(1), 0.0, job_token)  # the critic sees no job in the job phase
@@ -201,7 +228,7 @@ class AttentiveNet(nn.Module):
         return logits.masked_fill(~mask, _MASKED), value
 
     def _encode_queues(self, jobs: Tensor, summary: Tensor, valid: Tensor, slot: Tensor,
-                       fairness: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+                       fairness: Tensor | None, urgency: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """The job agent over a batch of queues, cut to the slots in use: the pooled context
         [B, d], the logits [B, W + 1] (slots, then WAIT; slots cut off at ``-1e8``) and the
         job token at ``slot`` [B, d], rows in the input order.
@@ -219,7 +246,8 @@ class AttentiveNet(nn.Module):
         contexts, logits, tokens = [], [], []
         for rows, w in groups:
             enc = self.job_agent(jobs[rows, :w], summary[rows], valid[rows, :w],
-                                 fairness=None if fairness is None else fairness[rows])
+                                 fairness=None if fairness is None else fairness[rows],
+                                 urgency=None if urgency is None else urgency[rows, :w])
             cut = enc.logits.new_full((len(rows), W - w), _MASKED)
             contexts.append(enc.context)
             logits.append(torch.cat([enc.logits[:, :w], cut, enc.logits[:, w:]], dim=1))

@@ -352,46 +352,16 @@ class LookAhead:
         return w.jct * ((1.0 - fw) * jct_term + fw * fair_term) + w.comm * comm_term
 
     def _job_weights(self, state: ClusterState) -> np.ndarray:
-        """Each pending job's fairness weight, from its user's projected mean wait: finished
-        and running jobs at their waits, pending jobs at their wait so far plus the time
-        until enough GPUs come back for them (by count, the running jobs' estimated ends).
-        A user's weight is ``r ** FAIRNESS_POWER * (c / c_u) ** COUNT_EXPONENT`` with ``r``
-        the user's projected mean wait over the users' mean (each floored at a minute),
-        ``c_u`` the user's job count and ``c`` the users' mean count (a job moves the mean
-        wait of a user with few jobs more). Normalised to mean 1 over the queue; the
-        weights depend on the state only, never on the solution evaluated."""
+        """`fairness_weights` with each pending job's time until enough GPUs come back for
+        it, by count, at the running jobs' estimated ends."""
         q = state.queue
-        now = self.now
-        names = list(q.users)
-        index = {u: k for k, u in enumerate(names)}
-        for u in list(state.users) + [r.user for r in state.running]:
-            if u not in index:
-                index[u] = len(names)
-                names.append(u)
-        wait_sum = np.zeros(len(names))
-        count = np.zeros(len(names))
-        for u, st in state.users.items():
-            wait_sum[index[u]] += st.wait_seconds
-            count[index[u]] += st.jobs
-        for r in state.running:
-            wait_sum[index[r.user]] += r.start_time - r.submit_time
-            count[index[r.user]] += 1
-        nu = len(q.users)
         ahead = np.zeros(len(q.gpus))
         if self.releases:
             ends = np.array([r[0] for r in self.releases])
             back = self.total_free + np.cumsum([r[3] for r in self.releases])
             k = np.minimum(np.searchsorted(back, q.gpus, side="left"), len(ends) - 1)
-            ahead = np.where(q.gpus <= self.total_free, 0.0, ends[k] - now)
-        projected = np.maximum(now - q.submit, 0.0) + ahead
-        wait_sum[:nu] += np.bincount(q.user, weights=projected, minlength=nu)
-        count[:nu] += np.bincount(q.user, minlength=nu)
-        active = count > 0
-        mean = np.where(active, wait_sum / np.maximum(count, 1.0), 0.0) + MIN_SCALE_SECONDS
-        ratio = mean / mean[active].mean()
-        weight = ratio**FAIRNESS_POWER * (count[active].mean() / np.maximum(count, 1.0)) ** COUNT_EXPONENT
-        job = weight[:nu][q.user]
-        return job / job.mean()
+            ahead = np.where(q.gpus <= self.total_free, 0.0, ends[k] - self.now)
+        return fairness_weights(state, ahead)
 
     def _run_backfill(self, order: Sequence[int], pack: Sequence[bool], rec: dict | None) -> float:
         """List schedule with EASY backfill, event by event: at each release, start every
@@ -612,6 +582,42 @@ class LookAhead:
                     out.append((order, p))
         return out
 
+
+
+def fairness_weights(state: ClusterState, ahead: np.ndarray) -> np.ndarray:
+    """Each pending job's fairness weight, from its user's projected mean wait: finished
+    and running jobs at their waits, pending jobs at their wait so far plus ``ahead`` (per
+    pending job, the time until it could start). A user's weight is
+    ``r ** FAIRNESS_POWER * (c / c_u) ** COUNT_EXPONENT`` with ``r`` the user's projected
+    mean wait over the users' mean (each floored at a minute), ``c_u`` the user's job count
+    and ``c`` the users' mean count (a job moves the mean wait of a user with few jobs
+    more). Normalised to mean 1 over the queue. The look-ahead weighs completion times
+    with it; the attentive job agent reads its logarithm (`attentived.agents.features`)."""
+    q = state.queue
+    names = list(q.users)
+    index = {u: k for k, u in enumerate(names)}
+    for u in list(state.users) + [r.user for r in state.running]:
+        if u not in index:
+            index[u] = len(names)
+            names.append(u)
+    wait_sum = np.zeros(len(names))
+    count = np.zeros(len(names))
+    for u, st in state.users.items():
+        wait_sum[index[u]] += st.wait_seconds
+        count[index[u]] += st.jobs
+    for r in state.running:
+        wait_sum[index[r.user]] += r.start_time - r.submit_time
+        count[index[r.user]] += 1
+    nu = len(q.users)
+    projected = np.maximum(state.now - q.submit, 0.0) + ahead
+    wait_sum[:nu] += np.bincount(q.user, weights=projected, minlength=nu)
+    count[:nu] += np.bincount(q.user, minlength=nu)
+    active = count > 0
+    mean = np.where(active, wait_sum / np.maximum(count, 1.0), 0.0) + MIN_SCALE_SECONDS
+    ratio = mean / mean[active].mean()
+    weight = ratio**FAIRNESS_POWER * (count[active].mean() / np.maximum(count, 1.0)) ** COUNT_EXPONENT
+    job = weight[:nu][q.user]
+    return job / job.mean()
 
 def _expected_end(now: float, start: float, limit: float, accuracy: float) -> float:
     """When a running job is expected to end: at its estimate (limit x the user's accuracy)

@@ -32,6 +32,7 @@ candidates     (max_candidates, CANDIDATE_FEAT.)  one row per candidate placemen
 share          (max_candidates, max_nodes)        fraction of the job on each node
 action_mask    MultiBinary(actions)               legal actions in this phase
 fairness       Box(0, 1, (1,))                    the episode's fairness setting W
+urgency        (window,)                          each slot's `job_urgency` (0 pads)
 =============  =================================  =========================================
 
 The reward is `attentived.training.reward` (JCT, fairness of waiting, communication cost;
@@ -244,6 +245,7 @@ class SchedulingEnv(gym.Env):
                 "share": spaces.Box(0.0, 1.0, (max_candidates, max_nodes), f32),
                 "action_mask": spaces.MultiBinary(n_actions),
                 "fairness": spaces.Box(0.0, 1.0, (1,), f32),
+                "urgency": spaces.Box(-_BOUND, _BOUND, (window,), f32),
             }
         )
         self.action_space: spaces.Discrete = spaces.Discrete(n_actions)
@@ -398,4 +400,5 @@ class SchedulingEnv(gym.Env):
             "share": share,
             "action_mask": self.action_masks().astype(np.int8),
             "fairness": np.array([self._fairness], np.float32),
+            "urgency": self.jobs.urgency.copy(),
         }

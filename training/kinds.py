@@ -70,7 +70,9 @@ def _proximity_defaults() -> dict[str, Any]:
 
 
 def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
-    return AttentiveNet(replace(cfg.net, fairness_input=cfg.fairness_range is not None))
+    """A model trained over a range of W reads W and each job's urgency beside it."""
+    conditioned = cfg.fairness_range is not None
+    return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=conditioned))
 
 
 def _attentive_defaults() -> dict[str, Any]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,10 @@ from attentived.agents.features import (
     Context,
     FeatureEncoder,
     candidates,
+    job_urgency,
     select_window,
 )
+from attentived.agents.objective import fairness_weights
 from attentived.agents.state import PendingJob
 from attentived.topology import uniform
 
@@ -133,6 +136,24 @@ def test_job_features_reflect_waiting_limits_and_users(lab):
     assert a[10] == 0.25 and a[11] == 1  # alice used a quarter of her limits
     assert a[7] == 1.0 and b[7] == 0.0  # all attained service is alice's
     assert b[0] > a[0]  # more GPUs
+
+
+def test_urgency_is_the_log_of_the_look_aheads_fairness_weight(lab):
+    """Carol waited 10 hours per job, Bob never: her job's urgency is above his, both are
+    the log of `fairness_weights` over 4 (clipped), and padded slots read 0."""
+    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 900.0, 86_400.0) for k in range(3)]
+    users = {"bob": UserStats(jobs=20, gpu_seconds=20 * 3600.0, wait_seconds=0.0),
+             "carol": UserStats(jobs=2, gpu_seconds=7200.0, wait_seconds=2 * 36_000.0)}
+    pending = [job("b", gpus=8, user="bob", submit=900.0, limit=3600.0),
+               job("c", gpus=8, user="carol", submit=950.0, limit=4 * 3600.0)]
+    s = make_state(lab, pending, running=running, now=1000.0, users=users)
+    ctx = Context.of(s)
+    view = FeatureEncoder(window=4).jobs(ctx)
+    weights = fairness_weights(s, np.zeros(2))  # both fit now: nothing ahead of them
+    assert view.urgency[:2] == pytest.approx(np.clip(np.log(weights) / 4.0, -3.0, 3.0), abs=1e-6)
+    assert view.urgency[0] == -3.0  # Bob never waited: his weight is below e^-12, clipped
+    assert view.urgency[1] > 0 > view.urgency[0] and (view.urgency[2:] == 0).all()
+    assert np.array_equal(job_urgency(ctx), view.urgency[:2])
 
 
 def test_candidates_are_distinct_and_name_their_generators(lab):

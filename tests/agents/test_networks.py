@@ -126,3 +126,44 @@ def test_a_preference_conditioned_network_reads_the_fairness_setting():
     assert (low[~valid] == high[~valid]).all()  # masks do not move with W
     plain = AttentiveNet.from_spec({"d_model": 32, "heads": 2, "layers": 1, "ff_mult": 2})  # a file from before W
     assert plain.job_agent.fairness_in is None and not plain.cfg.fairness_input
+
+
+def test_an_urgency_reading_network_needs_the_urgency_and_the_fairness_input():
+    with pytest.raises(ValueError, match="needs fairness_input"):
+        NetConfig(urgency_input=True)
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, urgency_input=True)).eval()
+    obs = {**_obs(phase=[0, 0, 1]), "fairness": torch.full((3, 1), 0.5)}
+    with pytest.raises(ValueError, match="urgency"):
+        net(obs)
+    calm, _ = net({**obs, "urgency": torch.zeros(3, 8)})
+    urgent = torch.zeros(3, 8)
+    urgent[:, 2] = 1.0  # one job's user is far behind the others
+    tense, _ = net({**obs, "urgency": urgent})
+    valid = obs["action_mask"].bool()
+    assert not torch.allclose(calm[valid], tense[valid])
+    assert (calm[~valid] == tense[~valid]).all()  # masks do not move with urgency
+    plain = AttentiveNet.from_spec({"d_model": 32, "heads": 2, "layers": 1, "ff_mult": 2, "fairness_input": True})
+    assert plain.job_agent.urgency_in is None and not plain.cfg.urgency_input  # a file from before the urgency
+
+
+def test_the_urgency_bias_is_the_look_aheads_smith_ratio_shape():
+    """The pointer bias is linear in u and W * u: with weight (0, b) the logit gap between
+    an urgent and a calm job grows by b * u per unit of W, and vanishes at W = 0."""
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, urgency_input=True)).eval()
+    obs = _obs(B=1, phase=[0])
+    u = torch.zeros(1, 8)
+    u[0, 2] = 1.0
+    with torch.no_grad():
+        net.job_agent.urgency_in.weight.zero_()
+        net.job_agent.urgency_in.bias.zero_()
+        net.job_agent.urgency_bias.copy_(torch.tensor([0.0, 3.0]))
+        gap = []
+        for w in (0.0, 1.0):
+            enc = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
+                                fairness=torch.tensor([[w]]), urgency=u)
+            base = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
+                                 fairness=torch.tensor([[w]]), urgency=torch.zeros(1, 8))
+            gap.append(float(enc.logits[0, 2] - base.logits[0, 2]))
+    assert gap[0] == pytest.approx(0.0, abs=1e-6) and gap[1] == pytest.approx(3.0, abs=1e-5)

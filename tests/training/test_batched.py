@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from attentived.agents.checkpoint import load_model
@@ -28,7 +29,10 @@ from .test_ppo import tiny_config, write_toy_trace
 def _reference(net: AttentiveNet, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward pass before batching by queue length, for a batch of one: the whole
     padded window through the job agent, the whole padded node list through the GPU agent."""
-    enc = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool())
+    cfg = net.cfg
+    enc = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
+                        fairness=obs["fairness"] if cfg.fairness_input else None,
+                        urgency=obs["urgency"] if cfg.urgency_input else None)
     mask = obs["action_mask"].bool()
     logits = torch.full(mask.shape, _MASKED)
     chosen = torch.zeros_like(enc.context)
@@ -63,9 +67,13 @@ def _stored_transitions(tmp_path: Path, steps: int = 240) -> tuple[dict[str, tor
     return batch, torch.tensor(actions)
 
 
-def test_batched_log_probs_values_and_entropy_equal_the_per_transition_computation(tmp_path):
+@pytest.mark.parametrize("conditioned", [False, True], ids=["plain", "fairness-and-urgency"])
+def test_batched_log_probs_values_and_entropy_equal_the_per_transition_computation(tmp_path, conditioned):
     torch.manual_seed(0)
-    net = AttentiveNet(NetConfig(d_model=32, heads=2)).train()
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, fairness_input=conditioned, urgency_input=conditioned)).train()
+    if conditioned:
+        with torch.no_grad():
+            net.job_agent.urgency_bias.copy_(torch.tensor([0.7, -1.3]))  # a trained model's bias is not 0
     obs, actions = _stored_transitions(tmp_path)
     used = (obs["job_valid"].bool() * torch.arange(1, 33)).amax(1)
     assert used.min() <= 2 and used.max() >= 16 and (obs["phase"] == 1).any()  # the grouping is exercised
