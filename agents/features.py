@@ -35,7 +35,7 @@ counts are fractions of the cluster or ``log2`` of sizes, so the same weights se
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -48,7 +48,7 @@ from .fit import Fit, request
 from .objective import fairness_weights
 from .order import estimated_runtime, estimated_runtimes
 from .placement import Consolidate, FirstFit, LoadBalance, free_counts
-from .state import ClusterState, PendingJob
+from .state import DOWN_SECONDS, ClusterState, PendingJob
 
 JOB_FEATURES = 20
 SUMMARY_TOKENS = 2
@@ -58,10 +58,14 @@ GENERATORS = ("consolidate", "first-fit", "load-balance", "best-fit-node", "best
 """Where candidate placements come from, in the order they are tried (duplicates merge)."""
 CANDIDATE_FEATURES = 10 + len(GENERATORS)
 
+NEIGHBOURHOOD_NODES = 128
+"""Clusters up to this many nodes show the GPU agent every node (`shown_nodes`): the sizes
+it trains and is evaluated on; larger ones show it the candidates' leaf switches."""
+
 DEFAULT_WINDOW = 64
 MAX_CANDIDATES = len(GENERATORS)
 
-_NEVER = 30 * 86_400.0  # "time until free" of a GPU on a node that is down or drained
+_NEVER = DOWN_SECONDS  # "time until free" of a GPU on a node that is down or drained
 _HORIZONS = (900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86_400.0)
 
 
@@ -105,13 +109,11 @@ class Context:
     def of(cls, state: ClusterState) -> Context:
         topo = state.topology
         island_free, node_free = free_counts(topo, state.free)
-        until = np.where(state.free, 0.0, _NEVER)
-        for r in state.running:
-            until[list(r.gpus)] = r.expected_end(state.now) - state.now
+        until = state.release_in
         feasible = state.queue.gpus <= state.num_free
         ctx = cls(state, island_free, node_free, until, feasible, estimated_runtimes(state), Fit.of(state))
         pending = state.pending
-        check = {i for i, j in enumerate(pending) if j.num_nodes is not None}.union(ctx.fit.restricted(pending))
+        check = state.irregular.tolist()
         known: dict[tuple, bool] = {}  # jobs asking the same fit the same GPUs
         for i in sorted(check):
             if feasible[i]:
@@ -360,9 +362,12 @@ class FeatureEncoder:
         state, topo = ctx.state, ctx.state.topology
         speed = self.speed(topo)
         N, K = len(topo.nodes), self.max_candidates
-        nodes = _node_rows(ctx)
+        shown = shown_nodes(topo, cands)
+        nodes = _node_rows(ctx, shown)
+        local_of = np.full(N, -1)
+        local_of[shown] = np.arange(len(shown))
         rows = np.zeros((K, CANDIDATE_FEATURES), np.float32)
-        share = np.zeros((K, N), np.float32)
+        share = np.zeros((K, len(shown)), np.float32)
         valid = np.zeros(K, bool)
         est = estimated_runtime(job, state)
         log_est = float(log_time(est)) if math.isfinite(est) else 1.5
@@ -398,45 +403,71 @@ class FeatureEncoder:
             row[9] = abs(release - log_est)
             for name in cand.sources:
                 row[10 + GENERATORS.index(name)] = 1.0
-            share[c, nds] = per_node / len(g)
+            share[c, local_of[nds]] = per_node / len(g)
             valid[c] = True
             scored.append(Candidate(cand.gpus, cand.sources, slowdown, link))
-        return GpuView(nodes, rows, share, valid, tuple(scored))
+        return GpuView(nodes, rows, share, valid, tuple(scored), shown)
 
 
-def _node_rows(ctx: Context) -> np.ndarray:
+def _node_rows(ctx: Context, shown: np.ndarray) -> np.ndarray:
+    """Feature rows of the nodes ``shown`` (node indices, ascending). Per-GPU work is done
+    on their GPUs only, so a view of a few dozen nodes of a 2,048-node cluster costs what
+    a small cluster's does; switch-level columns are over whole switches."""
     state, topo = ctx.state, ctx.state.topology
-    N = len(topo.nodes)
-    size = np.diff(topo.node_first_gpu).astype(float)
-    busy = ~state.free & (ctx.until_free < _NEVER)
-    t = log_time(ctx.until_free)
-    n_busy = np.bincount(topo.gpu_node, weights=busy, minlength=N)
-    sum_t = np.bincount(topo.gpu_node, weights=np.where(busy, t, 0.0), minlength=N)
-    min_t = np.full(N, np.inf)
-    np.minimum.at(min_t, topo.gpu_node[busy], t[busy])
-    max_t = np.zeros(N)
-    np.maximum.at(max_t, topo.gpu_node[busy], t[busy])
-    down = np.bincount(topo.gpu_node, weights=ctx.until_free >= _NEVER, minlength=N)
-    island_node = topo.gpu_node[[int(g[0]) for g in topo.island_gpus]]
-    whole = ctx.island_free == topo.island_size
-    whole_islands = np.bincount(island_node, weights=whole, minlength=N)
-    islands = np.bincount(island_node, minlength=N)
-    best_island = np.zeros(N)
-    np.maximum.at(best_island, island_node, ctx.island_free / topo.island_size)
+    N, M = len(topo.nodes), len(shown)
+    size_all = np.diff(topo.node_first_gpu)
+    size = size_all[shown]
+    offsets = np.cumsum(size) - size  # each shown node's first row among ``gpus``
+    gpus = np.repeat(topo.node_first_gpu[shown] - offsets, size) + np.arange(int(size.sum()))
+    local = np.repeat(np.arange(M), size)
+    until = ctx.until_free[gpus]
+    busy = ~state.free[gpus] & (until < _NEVER)
+    t = log_time(until)
+    n_busy = np.bincount(local, weights=busy, minlength=M)
+    sum_t = np.bincount(local, weights=np.where(busy, t, 0.0), minlength=M)
+    min_t = np.minimum.reduceat(np.where(busy, t, np.inf), offsets)
+    max_t = np.maximum.reduceat(np.where(busy, t, 0.0), offsets)
+    down = np.bincount(local, weights=until >= _NEVER, minlength=M)
+    local_of = np.full(N, -1)
+    local_of[shown] = np.arange(M)
+    isl_local = local_of[topo.island_node]
+    keep = isl_local >= 0
+    isl_local = isl_local[keep]
+    island_free = ctx.island_free[keep]
+    island_size = topo.island_size[keep]
+    whole_islands = np.bincount(isl_local, weights=island_free == island_size, minlength=M)
+    islands = np.bincount(isl_local, minlength=M)
+    best_island = np.zeros(M)
+    np.maximum.at(best_island, isl_local, island_free / island_size)
     switch_free = np.bincount(topo.node_switch, weights=ctx.node_free, minlength=len(topo.switch_names))
-    switch_size = np.bincount(topo.node_switch, weights=size, minlength=len(topo.switch_names))
-    rows = np.zeros((N, NODE_FEATURES), np.float32)
-    rows[:, 0] = ctx.node_free / size
+    switch_size = np.bincount(topo.node_switch, weights=size_all, minlength=len(topo.switch_names))
+    sw = topo.node_switch[shown]
+    size = size.astype(float)
+    rows = np.zeros((M, NODE_FEATURES), np.float32)
+    rows[:, 0] = ctx.node_free[shown] / size
     rows[:, 1] = whole_islands / islands
     rows[:, 2] = best_island
     rows[:, 3] = np.where(n_busy > 0, sum_t / np.maximum(n_busy, 1), 0.0)
     rows[:, 4] = np.where(n_busy > 0, min_t, 0.0)
     rows[:, 5] = max_t
-    rows[:, 6] = (switch_free / switch_size)[topo.node_switch]
+    rows[:, 6] = (switch_free / switch_size)[sw]
     rows[:, 7] = size / topo.gpus_per_node
     rows[:, 8] = down / size
-    rows[:, 9] = (switch_size / size.sum())[topo.node_switch]
+    rows[:, 9] = (switch_size / topo.num_gpus)[sw]
     return rows
+
+
+def shown_nodes(topo: Topology, cands: Sequence[Candidate]) -> np.ndarray:
+    """The nodes the GPU agent sees for these candidates: every node up to
+    `NEIGHBOURHOOD_NODES`; beyond, the nodes under the leaf switches the candidates touch
+    (a hierarchical view: which switch, then which node, then which GPUs). Attention over
+    2,048 node tokens per placement made a plan on 16,384 GPUs take seconds, and no node
+    outside those switches changes what a candidate costs or frees."""
+    n = len(topo.nodes)
+    if n <= NEIGHBOURHOOD_NODES:
+        return np.arange(n)
+    switches = np.unique(np.concatenate([topo.gpu_switch[list(c.gpus)] for c in cands]))
+    return np.flatnonzero(np.isin(topo.node_switch, switches))
 
 
 # ---- candidate placements ----
@@ -456,14 +487,16 @@ class Candidate:
 
 @dataclass(frozen=True)
 class GpuView:
-    """The GPU agent's input. ``share[k, n]``: fraction of the job's GPUs candidate ``k``
-    puts on node ``n`` (how a candidate points at the node tokens)."""
+    """The GPU agent's input. Row ``n`` of ``nodes`` is node ``shown[n]`` (`shown_nodes`:
+    all of them on clusters the agent trains on); ``share[k, n]``: fraction of the job's
+    GPUs candidate ``k`` puts on that node (how a candidate points at the node tokens)."""
 
     nodes: np.ndarray  # [N, NODE_FEATURES] float32
     candidates: np.ndarray  # [K, CANDIDATE_FEATURES] float32
     share: np.ndarray  # [K, N] float32
     valid: np.ndarray  # [K] bool
     placements: tuple[Candidate, ...]
+    shown: np.ndarray  # [N] int64 node indices
 
 
 Generator = Callable[[PendingJob, Context, Room], tuple[int, ...] | None]

@@ -91,12 +91,6 @@ class Fit:
         return NodeCapacity(cpus=self.cpus.copy(), mem=self.mem.copy(), idle=self.idle.copy(),
                             gpu_type=self._capacity.gpu_type, features=self._capacity.features)
 
-    def restricted(self, jobs: Sequence[PendingJob]) -> list[int]:
-        """Indices of ``jobs`` whose usable GPUs may be fewer than the free ones: one cheap
-        pass over a queue, so callers run `usable` only where it can matter."""
-        sized = self.cpus is not None
-        return [i for i, j in enumerate(jobs) if j.placement_constrained or (sized and j.asks_resources)]
-
     # ---- the GPUs a job may use ----
 
     def usable(self, job: PendingJob, free: np.ndarray) -> np.ndarray:

@@ -594,20 +594,11 @@ def fairness_weights(state: ClusterState, ahead: np.ndarray) -> np.ndarray:
     more). Normalised to mean 1 over the queue. The look-ahead weighs completion times
     with it; the attentive job agent reads its logarithm (`attentived.agents.features`)."""
     q = state.queue
-    names = list(q.users)
-    index = {u: k for k, u in enumerate(names)}
-    for u in list(state.users) + [r.user for r in state.running]:
-        if u not in index:
-            index[u] = len(names)
-            names.append(u)
-    wait_sum = np.zeros(len(names))
-    count = np.zeros(len(names))
-    for u, st in state.users.items():
-        wait_sum[index[u]] += st.wait_seconds
-        count[index[u]] += st.jobs
-    for r in state.running:
-        wait_sum[index[r.user]] += r.start_time - r.submit_time
-        count[index[r.user]] += 1
+    done = state.waits_by_user
+    queued = set(q.users)
+    names = list(q.users) + [u for u in done if u not in queued]
+    wait_sum = np.array([done.get(u, (0.0, 0))[0] for u in names])
+    count = np.array([float(done.get(u, (0.0, 0))[1]) for u in names])
     nu = len(q.users)
     projected = np.maximum(state.now - q.submit, 0.0) + ahead
     wait_sum[:nu] += np.bincount(q.user, weights=projected, minlength=nu)
@@ -618,6 +609,7 @@ def fairness_weights(state: ClusterState, ahead: np.ndarray) -> np.ndarray:
     weight = ratio**FAIRNESS_POWER * (count[active].mean() / np.maximum(count, 1.0)) ** COUNT_EXPONENT
     job = weight[:nu][q.user]
     return job / job.mean()
+
 
 def _expected_end(now: float, start: float, limit: float, accuracy: float) -> float:
     """When a running job is expected to end: at its estimate (limit x the user's accuracy)

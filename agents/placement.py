@@ -121,7 +121,7 @@ class Consolidate:
         else:
             # Across switches: the freest switches first, then their freest nodes.
             nodes = np.lexsort((-node_free, -switch_free[topo.node_switch]))
-        return _take(topo, free, island_free, [int(x) for x in nodes if node_free[x] > 0], None, n)
+        return _take(topo, free, island_free, nodes[node_free[nodes] > 0].tolist(), None, n)
 
 
 def _consolidate_shaped(
@@ -161,7 +161,7 @@ class LoadBalance:
             return _take(topo, free, island_free, [int(x) for x in nodes], per, job.num_gpus)
         if node_free.sum() < job.num_gpus:
             return None
-        return _take(topo, free, island_free, [int(x) for x in nodes if node_free[x] > 0], None, job.num_gpus)
+        return _take(topo, free, island_free, nodes[node_free[nodes] > 0].tolist(), None, job.num_gpus)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 from typing import overload
@@ -166,18 +167,55 @@ class QueueArrays:
     def of(cls, pending: Sequence[PendingJob]) -> QueueArrays:
         users = tuple(sorted({j.user for j in pending}))
         uidx = {u: i for i, u in enumerate(users)}
-        by_arrival = sorted(range(len(pending)), key=lambda i: (pending[i].submit_time, pending[i].job_id))
+        submit = np.array([j.submit_time for j in pending], dtype=float)
+        by_arrival = np.lexsort((np.array([j.job_id for j in pending], dtype=str), submit))
         seq = np.empty(len(pending), dtype=np.int64)
         seq[by_arrival] = np.arange(len(pending))
         return cls(
             seq=seq,
-            submit=np.array([j.submit_time for j in pending], dtype=float),
+            submit=submit,
             gpus=np.array([j.num_gpus for j in pending], dtype=np.int64),
             limit=np.array([np.inf if j.time_limit is None else j.time_limit for j in pending], dtype=float),
             oracle=np.array([np.nan if j.oracle_duration is None else j.oracle_duration for j in pending], dtype=float),
             user=np.array([uidx[j.user] for j in pending], dtype=np.int64),
             users=users,
         )
+
+
+@dataclass(frozen=True)
+class RunningArrays:
+    """Running jobs as aligned arrays (row i = ``ClusterState.running[i]``); ``gpus`` is
+    every job's GPUs one after another (``num_gpus`` of them per row)."""
+
+    user: np.ndarray  # index into ``users``
+    users: tuple[str, ...]
+    start: np.ndarray
+    submit: np.ndarray
+    deadline: np.ndarray  # start + limit; -inf without a limit (`RunningJob.deadline`)
+    num_gpus: np.ndarray
+    gpus: np.ndarray
+
+    @classmethod
+    def of(cls, running: Sequence[RunningJob]) -> RunningArrays:
+        n = len(running)
+        index: dict[str, int] = {}
+        names = list(map(_USER, running))
+        for u in names:
+            index.setdefault(u, len(index))
+        gpus = list(map(_GPUS, running))
+        num_gpus = np.fromiter(map(len, gpus), np.int64, n)
+        return cls(  # map with attrgetter: C-level reads, 3x faster than generators here
+            user=np.fromiter(map(index.__getitem__, names), np.int64, n),
+            users=tuple(index),
+            start=np.fromiter(map(_START, running), float, n),
+            submit=np.fromiter(map(_SUBMIT, running), float, n),
+            deadline=np.fromiter(map(_DEADLINE, running), float, n),
+            num_gpus=num_gpus,
+            gpus=np.fromiter(chain.from_iterable(gpus), np.int64, int(num_gpus.sum())),
+        )
+
+
+_USER, _GPUS, _START, _SUBMIT, _DEADLINE = (attrgetter(a) for a in ("user", "gpus", "start_time", "submit_time", "deadline"))
 
 
 class RowView(Sequence[PendingJob]):
@@ -229,6 +267,9 @@ class NodeCapacity:
     features: tuple[frozenset[str], ...]
 
 
+DOWN_SECONDS = 30 * 86_400.0
+"""What `ClusterState.release_in` says of a GPU on a node that is down or drained."""
+
 _BY_DEADLINE = attrgetter("deadline", "job_id")
 _BY_ID = attrgetter("job_id")
 
@@ -279,12 +320,103 @@ class ClusterState:
         return tuple(out)
 
     @cached_property
+    def running_arrays(self) -> RunningArrays:
+        """``running`` as arrays, read in one pass: what the per-user and per-GPU views
+        below are computed from (a 16,384-GPU cluster runs some 10,000 jobs)."""
+        return RunningArrays.of(self.running)
+
+    @cached_property
     def attained_service(self) -> dict[str, float]:
         """GPU-seconds each user has received: finished jobs plus running jobs so far."""
         out = {u: s.gpu_seconds for u, s in self.users.items()}
-        for r in self.running:
-            out[r.user] = out.get(r.user, 0.0) + r.num_gpus * max(0.0, self.now - r.start_time)
+        ra = self.running_arrays
+        if len(ra.start):
+            got = np.bincount(ra.user, weights=ra.num_gpus * np.maximum(0.0, self.now - ra.start), minlength=len(ra.users))
+            for u, g in zip(ra.users, got.tolist()):
+                out[u] = out.get(u, 0.0) + g
         return out
+
+    @cached_property
+    def waits_by_user(self) -> dict[str, tuple[float, int]]:
+        """Per user, seconds waited and jobs, over finished jobs and running ones (what
+        users' mean waits so far are made of; pending jobs are the reader's to add)."""
+        out = {u: (s.wait_seconds, s.jobs) for u, s in self.users.items()}
+        ra = self.running_arrays
+        if len(ra.start):
+            waited = np.bincount(ra.user, weights=ra.start - ra.submit, minlength=len(ra.users))
+            jobs = np.bincount(ra.user, minlength=len(ra.users))
+            for u, w, n in zip(ra.users, waited.tolist(), jobs.tolist()):
+                before, count = out.get(u, (0.0, 0))
+                out[u] = (before + w, count + n)
+        return out
+
+    @cached_property
+    def release_in(self) -> np.ndarray:
+        """Per GPU, seconds until it is expected free: 0 if free, its running job's
+        `RunningJob.expected_end` from now if busy, `DOWN_SECONDS` if its node is down or
+        drained (busy, and no running job holds it). Read-only."""
+        until = np.where(self.free, 0.0, DOWN_SECONDS)
+        ra = self.running_arrays
+        if len(ra.start):
+            # `RunningJob.expected_end`: the deadline, never before now (now without a limit).
+            left = np.where(np.isfinite(ra.deadline), np.maximum(ra.deadline - self.now, 0.0), 0.0)
+            until[ra.gpus] = np.repeat(left, ra.num_gpus)
+        until.setflags(write=False)
+        return until
+
+    @cached_property
+    def irregular(self) -> np.ndarray:
+        """Queue indices of the jobs for which enough free GPUs does not mean they fit: a
+        node count, a placement constraint, or CPUs or memory asked where nodes say what
+        is left (`attentived.agents.fit.Fit.usable`)."""
+        sized = self.nodes is not None
+        return np.array([i for i, j in enumerate(self.pending)
+                         if j.num_nodes is not None or j.placement_constrained or (sized and j.asks_resources)],
+                        dtype=np.int64)
 
     def user(self, name: str) -> UserStats:
         return self.users.get(name, UserStats())
+
+    def started(self, index: int, run: RunningJob, nodes: NodeCapacity | None) -> ClusterState:
+        """This state after pending job ``index`` starts as ``run`` now, with ``nodes``
+        what is left on the nodes: the state a plan's next choice sees. What a start
+        cannot change is carried over instead of recomputed over the whole queue and every
+        running job (the users' attained service: the new job has run for no time yet),
+        which made a 480-start plan on 16,384 GPUs pay for its queue 480 times."""
+        assert run.start_time == self.now, "a plan starts jobs now"
+        free = self.free.copy()
+        free[list(run.gpus)] = False
+        keep = np.ones(len(self.pending), bool)
+        keep[index] = False
+        q = self.queue
+        out = ClusterState(
+            now=self.now,
+            topology=self.topology,
+            free=free,
+            pending=(*self.pending[:index], *self.pending[index + 1 :]),
+            running=self.running + (run,),
+            users=self.users,
+            queue_arrays=QueueArrays(q.seq[keep], q.submit[keep], q.gpus[keep], q.limit[keep], q.oracle[keep],
+                                     q.user[keep], q.users),
+            nodes=nodes,
+        )
+        cache = out.__dict__  # cached_property's own store
+        if "attained_service" in self.__dict__:
+            served = dict(self.attained_service)
+            served.setdefault(run.user, 0.0)
+            cache["attained_service"] = served
+        if "waits_by_user" in self.__dict__:
+            waits = dict(self.waits_by_user)
+            w, n = waits.get(run.user, (0.0, 0))
+            waits[run.user] = (w + run.start_time - run.submit_time, n + 1)
+            cache["waits_by_user"] = waits
+        if "release_in" in self.__dict__:
+            until = self.release_in.copy()
+            until[list(run.gpus)] = run.expected_end(self.now) - self.now
+            until.setflags(write=False)
+            cache["release_in"] = until
+        if "irregular" in self.__dict__ and (nodes is None) == (self.nodes is None):
+            r = self.irregular
+            r = r[r != index]
+            cache["irregular"] = np.where(r > index, r - 1, r)
+        return out

@@ -184,3 +184,56 @@ def test_shipped_model_places_the_split_cases_tightly(lab):
         assert tight(lab, start.gpus, level), (name, start.gpus)
     four = pol.decide(split_cases(lab)[0][1])
     assert dict((st.job_id, st.gpus) for st in four.starts)["four"] == (12, 13, 14, 15)
+
+
+def _crowd(topo, n_jobs: int, busy_share: float, seed: int):
+    """Most GPUs busy with one-GPU jobs ending over the next day; ``n_jobs`` pending of 1-4 GPUs."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(topo.num_gpus)[: int(busy_share * topo.num_gpus)]
+    running = [RunningJob(f"r{g}", f"u{g % 5}", (int(g),), 0.0, 100.0, float(rng.uniform(600, 86_400))) for g in order]
+    pending = [job(f"p{i}", gpus=int(rng.choice([1, 1, 1, 2, 4])), user=f"u{i % 7}", submit=float(i), limit=3600.0 * (1 + i % 4))
+               for i in range(n_jobs)]
+    return make_state(topo, pending, running=running, now=1000.0)
+
+
+def _reference_starts(pol: AttentivePolicy, state) -> list:
+    """Starts as the loop decided them before encodings were reused: the queue encoded
+    again after every start."""
+    from attentived.agents.features import Context
+    from attentived.agents.two_phase import _started
+
+    out = []
+    with torch.inference_mode():
+        while state.pending:
+            ctx = Context.of(state)
+            if not ctx.feasible.any():
+                break
+            choice, _, _ = pol._choose(ctx)
+            if choice.job is None:
+                break
+            out.append((choice.job.job_id, choice.gpus))
+            state = _started(state, choice.index, choice.gpus)
+    return out
+
+
+def test_up_to_1024_gpus_every_start_is_decided_on_a_fresh_encoding():
+    topo = uniform(16, 8, nodes_per_switch=4)
+    pol = load_learned("attentive")  # a trained model starts jobs; a random one mostly waits
+    for seed in range(3):
+        s = _crowd(topo, 60, 0.6, seed)
+        plan = pol.decide(s)
+        assert len(plan.starts) >= 3
+        assert [(st.job_id, st.gpus) for st in plan.starts] == _reference_starts(pol, s)
+
+
+def test_on_a_large_cluster_one_encoding_serves_several_starts_and_plans_stay_legal():
+    topo = uniform(512, 8, nodes_per_switch=4)  # 4,096 GPUs: an encoding serves 4 GPUs of starts
+    s = _crowd(topo, 400, 0.97, 1)
+    pol = load_learned("attentive")
+    encodings = []
+    encode = pol._encode
+    pol._encode = lambda view, **kw: encodings.append(1) or encode(view, **kw)  # count, change nothing
+    plan = pol.decide(s)
+    _check_plan(plan, s)
+    assert len(plan.starts) > 20 and len(encodings) < len(plan.starts) / 1.5
+    assert pol.decide(s) == plan  # deterministic

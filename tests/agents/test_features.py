@@ -11,6 +11,7 @@ from attentived.agents.features import (
     CANDIDATE_FEATURES,
     GENERATORS,
     JOB_FEATURES,
+    NEIGHBOURHOOD_NODES,
     NODE_FEATURES,
     SUMMARY_FEATURES,
     SUMMARY_TOKENS,
@@ -196,3 +197,30 @@ def test_candidates_leave_whole_islands_for_bigger_jobs(lab):
     # only, not a GPU that would break a whole island.
     s = make_state(lab, [job("one", 1)], busy=[0, 1, 2])
     assert [c.gpus for c in candidates(s.pending[0], Context.of(s))] == [(3,)]
+
+
+def test_node_rows_of_some_switches_are_the_whole_views_rows(lab):
+    """The hierarchical view's rows are exactly the full view's rows of those nodes."""
+    from attentived.agents.features import _node_rows
+
+    rng = np.random.default_rng(3)
+    running = [RunningJob(f"r{k}", "x", (2 * k, 2 * k + 1), 0.0, 100.0 * k, 600.0 * (k + 1)) for k in range(0, 16, 3)]
+    s = make_state(lab, [job("j", gpus=2)], running=running, busy=tuple(int(g) for g in rng.choice(32, 4, replace=False)
+                                                                         if not any(g in r.gpus for r in running)))
+    ctx = Context.of(s)
+    full = _node_rows(ctx, np.arange(4))
+    for shown in (np.array([0, 1]), np.array([2, 3]), np.arange(4)):
+        assert np.array_equal(_node_rows(ctx, shown), full[shown])
+
+
+def test_a_large_cluster_shows_the_gpu_agent_the_candidates_switches():
+    big = uniform(NEIGHBOURHOOD_NODES + 32, 8, nodes_per_switch=4)
+    small = uniform(NEIGHBOURHOOD_NODES, 8, nodes_per_switch=4)
+    s = make_state(big, [job("j", gpus=2)])
+    view = FeatureEncoder().gpus(Context.of(s), s.pending[0])
+    touched = {int(big.gpu_switch[g]) for c in view.placements for g in c.gpus}
+    assert {int(big.node_switch[n]) for n in view.shown} == touched
+    assert len(view.shown) == 4 * len(touched) and view.nodes.shape == (len(view.shown), NODE_FEATURES)
+    assert view.share.shape[1] == len(view.shown) and np.allclose(view.share[view.valid].sum(1), 1.0)
+    s = make_state(small, [job("j", gpus=2)])
+    assert len(FeatureEncoder().gpus(Context.of(s), s.pending[0]).shown) == NEIGHBOURHOOD_NODES
