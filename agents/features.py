@@ -200,8 +200,8 @@ def select_window(ctx: Context, window: int, include: int | None = None) -> np.n
     q = ctx.state.queue
     n = len(q.seq)
     if n <= window:
-        return np.argsort(q.seq, kind="stable")
-    by_age = np.argsort(q.seq, kind="stable")  # arrival order: submit time, then job id
+        return q.arrival
+    by_age = q.arrival  # arrival order: submit time, then job id
     oldest = by_age[: window // 2]
     taken = np.zeros(n, bool)
     taken[oldest] = True

@@ -133,7 +133,7 @@ class SearchChooser:
         look = LookAhead(state, self.window, self.weights, self._table(state), self.model, self.pack_genes, self.fairness)
         if look.size == 0:  # nothing in the queue can ever fit: arrival order
             self.last = SearchStats(0, 0, "trivial", time.perf_counter() - t0, 0.0, 0.0, None)
-            return Ranking(np.argsort(state.queue.seq, kind="stable"))
+            return Ranking(state.queue.arrival)
         starts = [Solution(o, p, look.evaluate(o, p)) for o, p in look.seeds()]
         first = min(starts, key=lambda s: s.cost)
         if self._trivial(look):

@@ -130,7 +130,7 @@ class JobAgent(nn.Module):
                 raise ValueError("this network takes the fairness setting W as an input")
             w = fairness.view(B, 1).to(summaries.dtype)
             summaries = summaries + self.fairness_in(w).unsqueeze(1)
-            if self.urgency_in is not None:
+            if self.urgency_in is not None and self.urgency_bias is not None:
                 if urgency is None:
                     raise ValueError("this network takes each job's urgency as an input")
                 u = urgency.view(B, W).to(summaries.dtype)

@@ -240,7 +240,7 @@ class LookAhead:
         pending = state.pending
         shaped = {}
         eligible = q.gpus <= int(node_up.sum())
-        fifo = np.argsort(q.seq, kind="stable")
+        fifo = q.arrival
         sjf = np.lexsort((q.seq, est))
         served = state.attained_service
         per_user = np.array([served.get(u, 0.0) for u in q.users], dtype=float)

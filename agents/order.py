@@ -35,6 +35,8 @@ def estimated_runtimes(state: ClusterState) -> np.ndarray:
 
 def _rank_by(state: ClusterState, *keys: np.ndarray) -> Ranking:
     """Sort by ``keys`` (most significant first), arrival order breaking ties."""
+    if not keys:
+        return Ranking(state.queue.arrival)
     return Ranking(np.lexsort((state.queue.seq, *reversed(keys))))
 
 

@@ -91,7 +91,7 @@ class Observer:
         if reason:
             raise ClusterTooLarge(f"proximity-drl: {reason} (train one with a larger max_gpus)")
         self._state, self._until = state, Context.of(state).until_free
-        self._fifo = np.argsort(state.queue.seq, kind="stable")
+        self._fifo = state.queue.arrival
 
     def observe(self, state: ClusterState, free: np.ndarray, job: PendingJob, picked: list[int]) -> dict[str, np.ndarray]:
         """``gpus`` [max_gpus, GPU_FEATURES], ``globals`` [GLOBAL_FEATURES], ``action_mask``

@@ -163,6 +163,15 @@ class QueueArrays:
     user: np.ndarray  # index into ``users``
     users: tuple[str, ...]
 
+    @cached_property
+    def arrival(self) -> np.ndarray:
+        """Queue indices in arrival order (``seq`` ascending). The simulator's queue is
+        already in that order, and a replay asks at every decision: no sort then."""
+        seq = self.seq
+        order = np.arange(len(seq)) if (seq[1:] > seq[:-1]).all() else np.argsort(seq, kind="stable")
+        order.setflags(write=False)  # shared by every reader of this snapshot
+        return order
+
     @classmethod
     def of(cls, pending: Sequence[PendingJob]) -> QueueArrays:
         users = tuple(sorted({j.user for j in pending}))

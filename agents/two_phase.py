@@ -35,7 +35,6 @@ from .plan import Hold, Plan, Start
 from .policy import expected_hold
 from .state import ClusterState, PendingJob
 
-
 REUSE_SHARE = 1 / 1024
 """How long one encoding of the queue serves a plan: while the GPUs started on it are
 under this share of the cluster. Up to 1,024 GPUs (every size the agents train and are

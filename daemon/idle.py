@@ -12,8 +12,6 @@ a bounded cost.
 
 from __future__ import annotations
 
-import numpy as np
-
 from attentived.agents.fit import Fit
 from attentived.agents.placement import Consolidate
 from attentived.agents.state import ClusterState
@@ -29,7 +27,7 @@ def fitting_now(state: ClusterState, look: int = LOOK) -> list[str]:
     fit = Fit.of(state)
     placer = Consolidate()
     out = []
-    for i in np.argsort(state.queue.seq, kind="stable")[:look].tolist():
+    for i in state.queue.arrival[:look].tolist():
         job = state.pending[i]
         usable = fit.usable(job, state.free)
         if job.num_gpus <= int(usable.sum()) and placer.place(job, usable, state) is not None:
