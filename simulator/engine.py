@@ -243,9 +243,10 @@ class Simulation:
         rows = lo + np.flatnonzero(self._is_pending[lo : self._arrived])
         self._first_pending = int(rows[0]) if len(rows) else self._arrived
         t = self._table
-        # A queue of ten thousand jobs is common in a replay, and every gather below is a
-        # pass over it at every decision: rows are already the arrival order (``seq``), and
-        # a run without the oracle reads no true durations (a view of a read-only NaN column).
+        # A queue of ten thousand jobs is common in a replay, and every array of it is a
+        # pass over it at every decision: the queue's arrays are gathered only when a policy
+        # reads them, and a run without the oracle reads no true durations (a view of a
+        # read-only NaN column).
         return ClusterState(
             now=self.now,
             topology=self.topology,
@@ -253,15 +254,7 @@ class Simulation:
             pending=RowView(self._as_pending, rows),
             running=tuple(self._running.values()),
             users=MappingProxyType(dict(self._users)),
-            queue_arrays=QueueArrays(
-                seq=rows,
-                submit=t.submit[rows],
-                gpus=t.gpus[rows],
-                limit=t.limit[rows],
-                oracle=t.oracle[rows] if self.oracle else self._no_oracle[: len(rows)],
-                user=t.user[rows],
-                users=t.users,
-            ),
+            queue_arrays=t.take(rows, None if self.oracle else self._no_oracle[: len(rows)]),
             nodes=None if self._res is None else self._res.capacity(),
         )
 
