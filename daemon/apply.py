@@ -40,6 +40,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from attentived.agents.plan import Plan
 from attentived.topology import hostlist
 
@@ -120,10 +122,12 @@ class Settings:
 def desired_state(plan: Plan, built: Built, settings: Settings) -> Desired:
     managed = built.managed
     known = [j for j in plan.order if j in managed]
-    missing = [j for j in managed if j not in set(known)]
+    known_set = set(known)  # a set, once: managed queues run to 10,000s of jobs
+    missing = [j for j in managed if j not in known_set]
     started = [s.job_id for s in plan.starts if s.job_id in managed]
-    held = [h.job_id for h in plan.holds if h.job_id in managed and h.job_id not in set(started)]
-    first = set(started) | set(held)
+    started_set = set(started)
+    held = [h.job_id for h in plan.holds if h.job_id in managed and h.job_id not in started_set]
+    first = started_set | set(held)
     order = started + held + [j for j in known if j not in first] + missing
     notes: list[str] = []
     if missing:
@@ -146,7 +150,7 @@ def desired_state(plan: Plan, built: Built, settings: Settings) -> Desired:
     every_node = sorted((n.name for n in built.snapshot.nodes), key=hostlist.natural_key)
     taken: set[str] = set()
     snode = built.snapshot.nodes_by_name
-    busy_nodes = {n for gpus in built.running_gpus.values() for n in built.nodes_of(gpus)}
+    busy_nodes = _busy_nodes(built) if settings.hold_mode == "attach" and plan.holds else set()
     topo = built.topology
     for h in plan.holds:
         job = managed.get(h.job_id)
@@ -181,6 +185,16 @@ def desired_state(plan: Plan, built: Built, settings: Settings) -> Desired:
         name = settings.reservation_prefix + h.job_id
         holds[name] = HoldSpec(h.job_id, name, nodes, (job.user,), ignore, h.expected_start)
     return Desired(order=order, pins=pins, holds=holds, starts=starts, notes=notes, exclusions=exclusions)
+
+
+def _busy_nodes(built: Built) -> set[str]:
+    """Nodes some running job holds GPUs on (for ``IGNORE_JOBS``), in one pass over the
+    running jobs' GPU ids rather than one node lookup per job."""
+    gpus = [g for held in built.running_gpus.values() for g in held]
+    if not gpus:
+        return set()
+    topo = built.topology
+    return {topo.nodes[int(i)].name for i in np.unique(topo.gpu_node[np.asarray(gpus, dtype=np.int64)])}
 
 
 # ---- priorities ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .records import (
     SlurmVersion,
     Snapshot,
     check_name,
+    moved,
     node_list,
 )
 
@@ -37,6 +38,7 @@ class Backend(Protocol):
 
     def version(self) -> SlurmVersion: ...
     def snapshot(self) -> Snapshot: ...
+    def read_back(self, old: Snapshot, partitions: Sequence[str]) -> Snapshot | None: ...
     def config(self) -> dict[str, str]: ...
     def default_partition(self) -> str | None: ...
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[CommandResult]: ...
@@ -49,10 +51,22 @@ class Backend(Protocol):
 
 
 class BackendMixin:
-    """The one-job conveniences, on top of ``update_jobs``."""
+    """The one-job conveniences, on top of ``update_jobs``, and the read-back on top of
+    ``snapshot``."""
 
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[CommandResult]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def snapshot(self) -> Snapshot:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def read_back(self, old: Snapshot, partitions: Sequence[str]) -> Snapshot | None:
+        """Slurm again, after a decision slow enough for it to have moved on: ``None`` when
+        no job started or ended and no managed pending job came or went since ``old``
+        (``records.moved``), else the fresh snapshot to decide on. A backend may answer
+        the first case more cheaply than a whole snapshot (``CliBackend`` does)."""
+        fresh = self.snapshot()
+        return fresh if moved(old, fresh, partitions) else None
 
     def set_priority(self, job_id: str, priority: int) -> CommandResult:
         if not 1 <= int(priority) < 0xFFFFFFFE:

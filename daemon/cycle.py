@@ -50,7 +50,7 @@ from .records import (
     SlurmUnavailable,
     Snapshot,
 )
-from .snapshot import Built, build_state, in_partitions
+from .snapshot import Built, build_state
 from .stability import previous_placements, stabilize
 from .status import status_doc
 from .status import write_status as write_status_file
@@ -58,15 +58,6 @@ from .topology_source import TopologySource, TopologySourceError, load_topology
 
 #: Seconds of decision after which the cycle reads Slurm back before applying.
 READ_BACK_AFTER = 0.5
-
-
-def moved(old: Snapshot, new: Snapshot, partitions: Sequence[str]) -> bool:
-    """Whether Slurm started or ended jobs, or managed pending jobs came or went, between
-    two snapshots: then a plan made on ``old`` is stale."""
-    def key(s: Snapshot) -> tuple[frozenset[str], frozenset[str]]:
-        return (frozenset(j.job_id for j in s.jobs if j.active),
-                frozenset(j.job_id for j in s.jobs if j.pending and in_partitions(j, partitions)))
-    return key(old) != key(new)
 
 
 @dataclass
@@ -288,14 +279,18 @@ class CycleRunner:
         # ended meanwhile, rather than send actions about a past state.
         stale = 0
         for attempt in (0, 1):
+            t = time.monotonic()
             owned, built = self._build(snap, res)
+            res.timings["state"] = time.monotonic() - t
             t = time.monotonic()
             plan = self.policy_slot.decide(built.state)
             res.timings["decide"] = time.monotonic() - t
             if attempt or res.timings["decide"] < READ_BACK_AFTER:
                 break
-            fresh = self.backend.snapshot()
-            if not moved(snap, fresh, self.partitions):
+            t = time.monotonic()
+            fresh = self.backend.read_back(snap, self.partitions)
+            res.timings["read_back"] = time.monotonic() - t
+            if fresh is None:
                 break
             self.log.info("cycle.stale", decide_seconds=round(res.timings["decide"], 3),
                           action="decide again on a fresh snapshot")
@@ -407,7 +402,7 @@ class CycleRunner:
                 self.backoff_until = time.monotonic() + max(0.0, delay)
         m.cycle_duration.observe(res.duration)
         m.cycles.inc(result="ok" if res.ok else "error")
-        for phase in ("snapshot", "decide", "apply"):
+        for phase in ("snapshot", "state", "decide", "apply"):
             if phase in res.timings:
                 m.phase.set(res.timings[phase], phase=phase)
         for o in res.outcomes:

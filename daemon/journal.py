@@ -137,6 +137,9 @@ class Journal:
             self._db.close()
 
     def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]]) -> None:
+        statements = list(statements)
+        if not statements:
+            return
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -180,22 +183,34 @@ class Journal:
         self._tx(stmts)
 
     def record_planned(self, cycle_id: str, job_id: str, gpus: Iterable[str], nodes: Iterable[str]) -> None:
+        self.record_planned_many(cycle_id, [(job_id, gpus, nodes)])
+
+    def record_planned_many(self, cycle_id: str, rows: Iterable[tuple[str, Iterable[str], Iterable[str]]]) -> None:
+        """A cycle's planned starts and holds, (job, GPU names, nodes) each, in one
+        transaction (a large cluster plans hundreds per cycle)."""
+        now = time.time()
         self._tx([(
             "INSERT INTO placements(job_id, cycle_id, planned_at, planned_gpus, planned_nodes) VALUES (?,?,?,?,?)"
             " ON CONFLICT(job_id) DO UPDATE SET cycle_id=excluded.cycle_id, planned_at=excluded.planned_at,"
             " planned_gpus=excluded.planned_gpus, planned_nodes=excluded.planned_nodes"
             " WHERE placements.started_at IS NULL",
-            (job_id, cycle_id, time.time(), json.dumps(list(gpus)), json.dumps(list(nodes))),
-        )])
+            (job_id, cycle_id, now, json.dumps(list(gpus)), json.dumps(list(nodes))),
+        ) for job_id, gpus, nodes in rows])
 
     def record_started(self, job_id: str, nodes: Iterable[str], gpus: Iterable[str], match: str,
                        started_at: float | None = None) -> None:
+        self.record_started_many([(job_id, nodes, gpus, match, started_at)])
+
+    def record_started_many(self, rows: Iterable[tuple[str, Iterable[str], Iterable[str], str, float | None]]) -> None:
+        """Jobs seen running for the first time, (job, nodes, GPU names, match, start) each,
+        in one transaction."""
+        now = time.time()
         self._tx([(
             "INSERT INTO placements(job_id, started_at, actual_nodes, actual_gpus, match) VALUES (?,?,?,?,?)"
             " ON CONFLICT(job_id) DO UPDATE SET started_at=excluded.started_at, actual_nodes=excluded.actual_nodes,"
             " actual_gpus=excluded.actual_gpus, match=excluded.match",
-            (job_id, started_at or time.time(), json.dumps(list(nodes)), json.dumps(list(gpus)), match),
-        )])
+            (job_id, started_at or now, json.dumps(list(nodes)), json.dumps(list(gpus)), match),
+        ) for job_id, nodes, gpus, match, started_at in rows])
 
     def planned(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         ids = list(job_ids)
@@ -216,8 +231,13 @@ class Journal:
         return {r["job_id"]: (tuple(json.loads(r["nodes"])), r["ts"]) for r in self._query("SELECT job_id, nodes, ts FROM pins")}
 
     def set_pin(self, job_id: str, nodes: Iterable[str], cycle_id: str = "") -> None:
+        self.set_pins({job_id: nodes}, cycle_id)
+
+    def set_pins(self, pins: Mapping[str, Iterable[str]], cycle_id: str = "") -> None:
+        """Job -> nodes the daemon pins it to, in one transaction."""
+        now = time.time()
         self._tx([("INSERT OR REPLACE INTO pins(job_id, nodes, cycle_id, ts) VALUES (?,?,?,?)",
-                   (job_id, json.dumps(list(nodes)), cycle_id, time.time()))])
+                   (job_id, json.dumps(list(nodes)), cycle_id, now)) for job_id, nodes in pins.items()])
 
     def drop_pins(self, job_ids: Iterable[str]) -> None:
         self._tx([("DELETE FROM pins WHERE job_id = ?", (j,)) for j in job_ids])
@@ -231,8 +251,13 @@ class Journal:
             return {}
 
     def set_exclusion(self, job_id: str, nodes: Iterable[str]) -> None:
+        self.set_exclusions({job_id: nodes})
+
+    def set_exclusions(self, exclusions: Mapping[str, Iterable[str]]) -> None:
+        """Job -> the ``ExcNodeList`` the daemon sets on it, in one transaction."""
+        now = time.time()
         self._tx([("INSERT OR REPLACE INTO exclusions(job_id, nodes, ts) VALUES (?,?,?)",
-                   (job_id, json.dumps(list(nodes)), time.time()))])
+                   (job_id, json.dumps(list(nodes)), now)) for job_id, nodes in exclusions.items()])
 
     def drop_exclusions(self, job_ids: Iterable[str]) -> None:
         self._tx([("DELETE FROM exclusions WHERE job_id = ?", (j,)) for j in job_ids])

@@ -75,11 +75,8 @@ class PlacementTracker:
     # ---- pins ---------------------------------------------------------------------------
     def record_pin_intents(self, actions: list[Action], cycle_id: str) -> None:
         """Before applying: the pins about to be set are the daemon's."""
-        for a in actions:
-            if a.kind == "pin":
-                self.journal.set_pin(a.job_id, a.nodes, cycle_id)
-            elif a.kind == "exclude":
-                self.journal.set_exclusion(a.job_id, a.nodes)
+        self.journal.set_pins({a.job_id: a.nodes for a in actions if a.kind == "pin"}, cycle_id)
+        self.journal.set_exclusions({a.job_id: a.nodes for a in actions if a.kind == "exclude"})
 
     def settle_pins(self, outcomes: list[Outcome], owned: dict[str, tuple[str, ...]], snap: Snapshot,
                     readback: Snapshot | None = None) -> None:
@@ -136,10 +133,10 @@ class PlacementTracker:
         start: a held job Slurm starts on its held nodes is as planned. Only starts are
         awaited (a hold waits by design)."""
         now = built.snapshot.taken_at
-        for job_id, gpus in {**(holds or {}), **starts}.items():
-            names, nodes = built.gpu_names(gpus), built.nodes_of(gpus)
-            self._planned[job_id] = (names, nodes)
-            self.journal.record_planned(cycle_id, job_id, names, nodes)
+        planned = {**(holds or {}), **starts}
+        for job_id, gpus in planned.items():
+            self._planned[job_id] = (built.gpu_names(gpus), built.nodes_of(gpus))
+        self.journal.record_planned_many(cycle_id, [(job_id, *self._planned[job_id]) for job_id in planned])
         for job_id, gpus in starts.items():
             nodes = built.nodes_of(gpus)
             seen = self._awaiting.get(job_id)
@@ -216,6 +213,7 @@ class PlacementTracker:
                 if row.get("planned_gpus") and not row.get("started_at"):
                     planned[jid] = (tuple(json.loads(row["planned_gpus"])), tuple(json.loads(row["planned_nodes"] or "[]")))
         topo = built.topology
+        started: list[tuple[str, tuple[str, ...], tuple[str, ...], str, float | None]] = []
         for jid in new:
             if jid not in planned and jid not in self._last_managed:
                 continue
@@ -232,7 +230,8 @@ class PlacementTracker:
                 match = "unplanned"
             self._planned.pop(jid, None)
             self.metrics.placements.inc(match=match)
-            if not dry_run:
-                self.journal.record_started(jid, nodes, names, match, job.start_time)
+            started.append((jid, nodes, names, match, job.start_time))
             self.log.info("job.started", job=jid, nodes=list(nodes), gpus=list(names), match=match,
                           planned=list(planned[jid][0]) if jid in planned else None)
+        if not dry_run:
+            self.journal.record_started_many(started)

@@ -4,7 +4,7 @@ in a daemon thread (no client library needed).
 Metrics (all prefixed ``attentived_``):
 
 - ``cycle_duration_seconds`` (histogram) and ``cycle_phase_seconds{phase}`` (last cycle's
-  snapshot / decide / apply times)
+  snapshot / state / decide / apply times)
 - ``cycles_total{result}`` (ok, error, skipped), ``errors_total{kind}``
 - ``actions_total{kind,result}`` (result: ok, failed, dry_run)
 - ``queue_length`` (managed pending jobs), ``pending_jobs``, ``running_jobs``,

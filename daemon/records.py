@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -244,6 +244,43 @@ class Snapshot:
     @property
     def nodes_by_name(self) -> dict[str, SlurmNode]:
         return {n.name: n for n in self.nodes}
+
+
+def in_partitions(job: SlurmJob, partitions: Iterable[str]) -> bool:
+    """A job belongs to the managed set when every partition it was submitted to is managed."""
+    return managed_partition(job.partition, partitions)
+
+
+def managed_partition(partition: str, partitions: Iterable[str]) -> bool:
+    """Whether every partition of a job's ``partition`` field (``a,b``) is managed."""
+    parts = [p for p in partition.split(",") if p]
+    wanted = set(partitions)
+    return bool(parts) and all(p in wanted for p in parts)
+
+
+def queue_key(states: Iterable[tuple[str, str, str]], partitions: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """What a plan rests on among the jobs, from (job id, base state, partition) triples
+    (``job_states``, or ``slurm_json.job_states`` read straight from the output): the ids
+    of those holding an allocation and of the managed pending ones."""
+    active: set[str] = set()
+    pending: set[str] = set()
+    for job_id, state, partition in states:
+        if state in ACTIVE_STATES:
+            active.add(job_id)
+        elif state == "PENDING" and managed_partition(partition, partitions):
+            pending.add(job_id)
+    return frozenset(active), frozenset(pending)
+
+
+def job_states(jobs: Iterable[SlurmJob]) -> Iterator[tuple[str, str, str]]:
+    """(job id, base state, partition) of each job, for ``queue_key``."""
+    return ((j.job_id, j.state, j.partition) for j in jobs)
+
+
+def moved(old: Snapshot, new: Snapshot, partitions: Sequence[str]) -> bool:
+    """Whether Slurm started or ended jobs, or managed pending jobs came or went, between
+    two snapshots: then a plan made on ``old`` is stale."""
+    return queue_key(job_states(old.jobs), partitions) != queue_key(job_states(new.jobs), partitions)
 
 
 # ---- actions ---------------------------------------------------------------------------------

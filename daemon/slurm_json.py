@@ -20,6 +20,7 @@ clearly, the daemon does not crash.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -42,6 +43,7 @@ _NO_VAL = {0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF, 0xFFF
 _GRES_ITEM = re.compile(
     r"^(?P<name>[A-Za-z0-9_]+)(?::(?P<type>[^:(]+?))?(?::(?P<count>[0-9]+))?(?:\((?P<extra>[^)]*)\))?$"
 )
+_HOSTLIST_SYNTAX = re.compile(r"[\[\],\s]")
 _TRES_GPU = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[^:=]+))?[:=](?P<count>[0-9]+)$")
 
 _NODE_FLAGS = frozenset({
@@ -109,6 +111,12 @@ def version_of(meta: Any) -> SlurmVersion | None:
 def number(value: Any, what: str = "value", source: str = "slurm") -> int | None:
     """An integer field of any version: ``5``, ``null``, ``{"set","infinite","number"}``.
     ``None`` for unset, infinite or Slurm's NO_VAL sentinels."""
+    # The common cases first (a job has a dozen numbers, a queue 10,000s of jobs): a plain
+    # int (22.05), a set, finite wrapped int (23.02+). Anything else takes the long way.
+    if type(value) is int:
+        return None if value in _NO_VAL else value
+    if type(value) is dict and value.get("set") is True and not value.get("infinite") and type(value.get("number")) is int:
+        return None if value["number"] in _NO_VAL else value["number"]
     if value is None:
         return None
     if isinstance(value, bool):
@@ -134,6 +142,8 @@ def number(value: Any, what: str = "value", source: str = "slurm") -> int | None
 
 
 def text(value: Any, what: str = "value", source: str = "slurm") -> str:
+    if type(value) is str:
+        return value
     if value is None:
         return ""
     if isinstance(value, str):
@@ -158,6 +168,8 @@ def hosts(value: Any, what: str, source: str) -> tuple[str, ...]:
     spec = text(value, what, source).strip()
     if not spec or spec == "(null)":
         return ()
+    if not _HOSTLIST_SYNTAX.search(spec):  # one plain name (most jobs run on one node)
+        return (spec,)
     try:
         return tuple(hostlist.expand(spec))
     except ValueError as e:
@@ -235,6 +247,7 @@ def _int_ranges(spec: str) -> Iterable[int]:
         yield from range(a, b + 1)
 
 
+@functools.lru_cache(maxsize=4096)  # GRES and TRES strings repeat across a queue: parse each once
 def gpu_indices(spec: str) -> tuple[tuple[int, ...] | None, int]:
     """GPU indices and count from one node's GRES string (``gpu:h100:3(IDX:0-2)``)."""
     idx: list[int] = []
@@ -251,6 +264,7 @@ def gpu_indices(spec: str) -> tuple[tuple[int, ...] | None, int]:
     return (tuple(sorted(set(idx))) if known else None), count
 
 
+@functools.lru_cache(maxsize=4096)  # GRES and TRES strings repeat across a queue: parse each once
 def tres_gpu_type(spec: str) -> str:
     """The GPU type a TRES request names (``gres/gpu:h100:2`` -> ``h100``), "" for any."""
     for item in (s.strip() for s in spec.split(",")):
@@ -268,6 +282,7 @@ def _exclusive(rec: dict[str, Any], src: str) -> bool:
     return "none" in (w.lower() for w in shared) or any(w.lower() in ("true", "1", "exclusive") for w in exclusive)
 
 
+@functools.lru_cache(maxsize=4096)  # GRES and TRES strings repeat across a queue: parse each once
 def tres_gpus(spec: str) -> int:
     """GPUs in a TRES request string (``gres:gpu:3``, ``gres/gpu:h100:2``, ``gres/gpu=4``)."""
     total = 0
@@ -281,32 +296,55 @@ def tres_gpus(spec: str) -> int:
 # ---- squeue --json ---------------------------------------------------------------------------
 
 
-def parse_squeue(raw: str | bytes, source: str = "squeue --json") -> SqueueResult:
-    data = load(raw, source)
+def parse_squeue(raw: str | bytes | dict[str, Any], source: str = "squeue --json") -> SqueueResult:
+    """Every job of ``squeue --json`` (the output, or that output already loaded)."""
+    data = raw if isinstance(raw, dict) else load(raw, source)
+    return SqueueResult(version_of(data.get("meta")),
+                        tuple(parse_job(rec, source, i) for i, rec in _job_records(data, source)))
+
+
+def job_states(raw: str | bytes | dict[str, Any], source: str = "squeue --json") -> list[tuple[str, str, str]]:
+    """(job id, base state, partition) of each job of ``squeue --json``, read exactly as
+    ``parse_job`` reads them: enough for ``records.queue_key`` (did jobs start, end, come
+    or go?) at a fraction of the cost of full records."""
+    data = raw if isinstance(raw, dict) else load(raw, source)
+    out = []
+    for i, rec in _job_records(data, source):
+        jid, src, state = _identity(rec, source, i)
+        out.append((str(jid), state, text(rec.get("partition"), "partition", src)))
+    return out
+
+
+def _job_records(data: dict[str, Any], source: str) -> Iterable[tuple[int, dict[str, Any]]]:
+    """(index, record) of each job object, checking the shape on the way."""
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
         raise SlurmParseError(source, "no 'jobs' list (unexpected output or Slurm version)")
-    version = version_of(data.get("meta"))
-    parsed = []
     for i, rec in enumerate(jobs):
         if not isinstance(rec, dict):
             raise SlurmParseError(source, f"job #{i}: expected an object, found {type(rec).__name__}")
-        parsed.append(parse_job(rec, source, i))
-    return SqueueResult(version, tuple(parsed))
+        yield i, rec
 
 
-def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0) -> SlurmJob:
+def _identity(rec: dict[str, Any], source: str, index: int) -> tuple[int, str, str]:
+    """A job record's id, the name its errors go under, and its base state."""
     jid = number(rec.get("job_id"), f"job #{index} job_id", source)
     if jid is None:
         raise SlurmParseError(source, f"job #{index}: no job_id")
     src = f"{source}: job {jid}"
     state, _flags = _job_state(rec.get("job_state"), src)
+    return jid, src, state
+
+
+def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0) -> SlurmJob:
+    jid, src, state = _identity(rec, source, index)
     reason = text(rec.get("state_reason"), "state_reason", src)
     nodes = hosts(rec.get("nodes"), "nodes", src)
     node_count = number(rec.get("node_count"), "node_count", src) or max(1, len(nodes))
-    per_node = tres_gpus(text(rec.get("tres_per_node"), "tres_per_node", src))
-    per_job = tres_gpus(text(rec.get("tres_per_job"), "tres_per_job", src))
-    per_task = tres_gpus(text(rec.get("tres_per_task"), "tres_per_task", src))
+    tres_node = text(rec.get("tres_per_node"), "tres_per_node", src)
+    tres_job = text(rec.get("tres_per_job"), "tres_per_job", src)
+    tres_task = text(rec.get("tres_per_task"), "tres_per_task", src)
+    per_node, per_job, per_task = tres_gpus(tres_node), tres_gpus(tres_job), tres_gpus(tres_task)
     per_socket = tres_gpus(text(rec.get("tres_per_socket"), "tres_per_socket", src))
     tasks = number(rec.get("tasks"), "tasks", src) or 1
     if per_node:
@@ -331,7 +369,6 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
     if not gpus and indices:
         gpus = sum(len(v) for v in indices.values())
     array_str = text(rec.get("array_task_string"), "array_task_string", src)
-    tres_node, tres_job = text(rec.get("tres_per_node"), "tres_per_node", src), text(rec.get("tres_per_job"), "tres_per_job", src)
     cpus = number(rec.get("cpus"), "cpus", src) or 0
     cpus_per_gpu = tres_gpus(text(rec.get("cpus_per_tres"), "cpus_per_tres", src))
     if cpus_per_gpu and gpus:
@@ -368,7 +405,7 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
         mem_per_cpu=number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0,
         exclusive=_exclusive(rec, src),
         last_evaluated=_time(rec.get("last_sched_evaluation"), "last_sched_evaluation", src),
-        gpu_type=tres_gpu_type(tres_node) or tres_gpu_type(tres_job) or tres_gpu_type(text(rec.get("tres_per_task"), "tres_per_task", src)),
+        gpu_type=tres_gpu_type(tres_node) or tres_gpu_type(tres_job) or tres_gpu_type(tres_task),
     )
 
 

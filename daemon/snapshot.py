@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ import numpy as np
 from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 
-from .records import SlurmJob, SlurmReservation, Snapshot
+from .records import SlurmJob, SlurmReservation, Snapshot, in_partitions
 
 #: Seconds of clock difference tolerated between the daemon and slurmctld when a new
 #: reservation's start time is compared with the moment the daemon asked for it.
@@ -70,13 +69,6 @@ class Built:
 
     def gpu_names(self, gpus: Iterable[int]) -> tuple[str, ...]:
         return tuple(self.topology.gpu_name(int(g)) for g in gpus)
-
-
-def in_partitions(job: SlurmJob, partitions: Iterable[str]) -> bool:
-    """A job belongs to the managed set when every partition it was submitted to is managed."""
-    parts = [p for p in job.partition.split(",") if p]
-    wanted = set(partitions)
-    return bool(parts) and all(p in wanted for p in parts)
 
 
 def job_model(job: SlurmJob) -> str | None:
@@ -204,7 +196,6 @@ def build_state(
     # pending jobs the daemon manages
     managed: dict[str, SlurmJob] = {}
     constrained: set[str] = set()
-    pending: list[PendingJob] = []
     counts = {"pending": 0, "managed": 0, "ineligible": 0, "other_partitions": 0, "no_gpu": 0}
     for job in snap.jobs:
         if not job.pending:
@@ -220,22 +211,11 @@ def build_state(
             counts["no_gpu"] += 1
             continue
         managed[job.job_id] = job
-        own_pin = owned_pins.get(job.job_id)
-        if _constrained(job, own_pin, own):
+        if _constrained(job, owned_pins.get(job.job_id), own):
             constrained.add(job.job_id)
-        users_pin = job.required_nodes if tuple(job.required_nodes) != tuple(own_pin or ()) else ()
-        features = job.features if job.features not in ("", "(null)") else ""
-        pending.append(PendingJob(
-            job_id=job.job_id, user=job.user, num_gpus=job.gpus, submit_time=job.submit_time or now,
-            time_limit=job.time_limit, num_nodes=job.num_nodes if job.per_node_fixed else None,
-            model=job_model(job), partition=job.partition, cpus=job.cpus, mem_per_node=job.mem_per_node,
-            mem_per_cpu=job.mem_per_cpu, exclusive=job.exclusive, gpu_type=job.gpu_type, nodelist=tuple(users_pin),
-            exclude=tuple(dict.fromkeys(((*job.excluded_nodes,) if job.job_id not in own_exclusions else ())
-                                        + tuple(avoid.get(job.job_id, ())))),
-            features=tuple(re.split(r"[&,]", features)) if _SIMPLE_FEATURES.fullmatch(features) else (),
-        ))
     submits = _tie_break(list(managed.values()), now)
-    pending = [dataclasses.replace(p, submit_time=submits[p.job_id]) for p in pending]
+    pending = [_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, avoid.get(job_id, ()))
+               for job_id, job in managed.items()]
     counts["managed"] = len(pending)
     counts["running"] = len(running)
     state = ClusterState(now=now, topology=topo, free=free, pending=tuple(pending), running=tuple(running), users=users,
@@ -244,6 +224,23 @@ def build_state(
                  constrained=constrained, own_reservations=dict(own), own_exclusions=own_exclusions,
                  node_reasons=node_reasons,
                  running_gpus=running_gpus, warnings=warnings, counts=counts)
+
+
+def _pending_job(job: SlurmJob, submit_time: float, own_pin: tuple[str, ...] | None, own_exclusion: bool,
+                 avoid: tuple[str, ...]) -> PendingJob:
+    """A managed job as the policies see it. Its node list is the user's only (the daemon's
+    own pin is not a constraint); its exclusions are the user's (not the daemon's hold
+    exclusion) plus the nodes where its planned start stalled."""
+    users_pin = job.required_nodes if tuple(job.required_nodes) != tuple(own_pin or ()) else ()
+    features = job.features if job.features not in ("", "(null)") else ""
+    return PendingJob(
+        job_id=job.job_id, user=job.user, num_gpus=job.gpus, submit_time=submit_time,
+        time_limit=job.time_limit, num_nodes=job.num_nodes if job.per_node_fixed else None,
+        model=job_model(job), partition=job.partition, cpus=job.cpus, mem_per_node=job.mem_per_node,
+        mem_per_cpu=job.mem_per_cpu, exclusive=job.exclusive, gpu_type=job.gpu_type, nodelist=tuple(users_pin),
+        exclude=tuple(dict.fromkeys(((*job.excluded_nodes,) if not own_exclusion else ()) + tuple(avoid))),
+        features=tuple(re.split(r"[&,]", features)) if _SIMPLE_FEATURES.fullmatch(features) else (),
+    )
 
 
 def _tie_break(jobs: list[SlurmJob], now: float) -> dict[str, float]:

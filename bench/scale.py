@@ -1,0 +1,144 @@
+"""Frontier scale (issue 16): one decision, one plan and one daemon cycle at 16,384 GPUs.
+
+On one core (``torch.set_num_threads(1)``, and the process pinned to one CPU where the OS
+allows), with the shipped attentive model:
+
+* ``choose``: one decision (features, job agent, candidate placements, GPU agent) on a
+  steady-state snapshot: ``--gpus`` GPUs as ``uniform(gpus / 8, 8)`` (4 nodes per leaf
+  switch), 97% of them busy with running jobs whose limits end over the next days, and
+  ``--pending`` pending jobs with the Philly mix of sizes and limits, 12 users
+  (`bench/agents_latency.py`'s ``random_state``). Target p99 < 50 ms.
+* ``plan``: the whole plan (``decide``) on such snapshots: every job the agents start at
+  that instant, plus the ranking and the hold. Target p99 < 1,000 ms.
+* ``cycle``: the daemon's whole cycle (snapshot, decide, apply) against stand-in Slurm
+  commands that serve JSON of that size in the recorded fixtures' shapes, for Slurm
+  22.05 and 24.11 (`bench/slurm_scale.py`). Target p99 < 5 s.
+
+Prints a table; the last stdout line is a JSON object with ``choose_p99_ms``,
+``plan_p99_ms`` and ``cycle_p99_s`` (and the rest); ``--json`` also writes it to
+bench/results/scale.json.
+
+    .venv/bin/python bench/scale.py --gpus 16384 --pending 10000 --json
+    .venv/bin/python bench/scale.py --gpus 1024 --pending 1000 --skip-cycle   # the issue-3 size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from agents_latency import random_state  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "scale.json"
+BUSY_SHARE = 0.97
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    a = np.asarray(xs, dtype=float)
+    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max()), "n": len(a)}
+
+
+def one_core() -> str:
+    """Pin this process to one CPU (what "on one core" means here), if the OS allows."""
+    torch.set_num_threads(1)
+    try:
+        cpu = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        return f"pinned to CPU {cpu}"
+    except (AttributeError, OSError):
+        return "not pinned (no sched_setaffinity)"
+
+
+def measure_agents(gpus: int, pending: int, states: int, plans: int, seed: int) -> dict[str, Any]:
+    from attentived.agents.attentive import AttentivePolicy
+    from attentived.agents.learned import load_learned
+    from attentived.topology import uniform
+
+    policy = load_learned("attentive", None)
+    assert isinstance(policy, AttentivePolicy)
+    topo = uniform(gpus // 8, 8, nodes_per_switch=4)
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    snapshots = [random_state(rng, topo, pending=pending, busy_share=BUSY_SHARE) for _ in range(max(states, plans))]
+    built = time.perf_counter() - t0
+    policy.choose(snapshots[0])  # warm-up: lazy caches (speed model, topology arrays)
+    choose_ms = []
+    for s in snapshots[:states]:
+        t0 = time.perf_counter()
+        policy.choose(s)
+        choose_ms.append((time.perf_counter() - t0) * 1e3)
+    plan_ms, starts = [], []
+    for s in snapshots[:plans]:
+        t0 = time.perf_counter()
+        plan = policy.decide(s)
+        plan_ms.append((time.perf_counter() - t0) * 1e3)
+        starts.append(len(plan.starts))
+    return {"choose_ms": stats(choose_ms), "plan_ms": stats(plan_ms), "starts_per_plan": float(np.mean(starts)),
+            "snapshot_build_s": built / max(states, plans)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, default=16384, help="cluster size, a multiple of 32 (8 GPUs per node)")
+    ap.add_argument("--pending", type=int, default=10000)
+    ap.add_argument("--states", type=int, default=30, help="snapshots timed for one decision")
+    ap.add_argument("--plans", type=int, default=10, help="snapshots timed for a whole plan")
+    ap.add_argument("--cycles", type=int, default=5, help="steady daemon cycles per Slurm version")
+    ap.add_argument("--skip-cycle", action="store_true", help="agents only (no daemon cycle)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="also write bench/results/scale.json")
+    args = ap.parse_args()
+    if args.gpus % 32 or args.gpus <= 0:
+        ap.error(f"--gpus must be a positive multiple of 32 (8 GPUs per node, 4 nodes per switch), got {args.gpus}")
+    if args.pending < 1:
+        ap.error(f"--pending must be at least 1, got {args.pending}")
+
+    pinned = one_core()
+    print(f"{args.gpus:,} GPUs, {args.pending:,} pending, {BUSY_SHARE:.0%} busy; one thread, {pinned}", file=sys.stderr)
+    agents = measure_agents(args.gpus, args.pending, args.states, args.plans, args.seed)
+    doc: dict[str, Any] = {
+        "benchmark": "scale",
+        "gpus": args.gpus,
+        "pending": args.pending,
+        "busy_share": BUSY_SHARE,
+        "one_core": pinned,
+        "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count()},
+        **agents,
+        "choose_p99_ms": agents["choose_ms"]["p99"],
+        "plan_p99_ms": agents["plan_ms"]["p99"],
+    }
+    print(f"{'one decision (choose)':<28} p50 {agents['choose_ms']['p50']:8.1f} ms   p99 {agents['choose_ms']['p99']:8.1f} ms"
+          f"   (target p99 < 50 ms)")
+    print(f"{'whole plan (decide)':<28} p50 {agents['plan_ms']['p50']:8.1f} ms   p99 {agents['plan_ms']['p99']:8.1f} ms"
+          f"   (target p99 < 1,000 ms; {agents['starts_per_plan']:.0f} starts per plan)")
+    if not args.skip_cycle:
+        from slurm_scale import measure_cycles
+
+        cycles = {v: measure_cycles(v, args.gpus, args.pending, args.cycles, "attentive") for v in ("22.05", "24.11")}
+        doc["cycle"] = cycles
+        doc["cycle_p99_s"] = max(c["cycle_p99_s"] for c in cycles.values())
+        for v, c in cycles.items():
+            print(f"{'daemon cycle, Slurm ' + v:<28} p99 {c['cycle_p99_s']:8.2f} s    (target p99 < 5 s)")
+    doc["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{'peak memory':<28} {doc['peak_rss_mb']:8.0f} MB   (target < 2,048 MB)")
+    if args.json:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {RESULTS}", file=sys.stderr)
+    print(json.dumps(doc))
+
+
+if __name__ == "__main__":
+    main()
