@@ -58,7 +58,7 @@ class FirstFit:
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
-        island_free, node_free = free_counts(topo, free)
+        node_free = np.bincount(topo.gpu_node, weights=free, minlength=len(topo.nodes))  # islands do not matter here
         shape = _shaped(job)
         if shape is not None:
             k, per = shape

@@ -164,16 +164,20 @@ class QueueArrays:
     users: tuple[str, ...]
 
     @cached_property
+    def in_arrival_order(self) -> bool:
+        """Whether row i is the i-th arrival (``seq`` ascending), as the simulator's is."""
+        return _ascending(self.seq)
+
+    @cached_property
     def arrival(self) -> np.ndarray:
         """Queue indices in arrival order (``seq`` ascending). The simulator's queue is
         already in that order, and a replay asks at every decision: no sort then."""
-        seq = self.seq
-        order = np.arange(len(seq)) if (seq[1:] > seq[:-1]).all() else np.argsort(seq, kind="stable")
+        order = np.arange(len(self.seq)) if self.in_arrival_order else np.argsort(self.seq, kind="stable")
         order.setflags(write=False)  # shared by every reader of this snapshot
         return order
 
     def take(self, rows: np.ndarray, oracle: np.ndarray | None = None) -> QueueArrays:
-        """The queue made of this table's rows ``rows``, each array gathered from the
+        """The queue made of this table's rows ``rows`` (ascending), each array gathered from the
         table the first time it is read (``oracle``: that column as given instead). A
         replay snapshots a queue of thousands of jobs at every decision, and FIFO reads
         two of its arrays: gathering all six was most of a whole-trace replay's time."""
@@ -198,6 +202,10 @@ class QueueArrays:
         )
 
 
+def _ascending(seq: np.ndarray) -> bool:
+    return bool((seq[1:] > seq[:-1]).all())
+
+
 class _Taken(QueueArrays):
     """`QueueArrays.take`: rows of a table, gathered on first read of each array."""
 
@@ -210,6 +218,11 @@ class _Taken(QueueArrays):
         object.__setattr__(self, "users", table.users)
         if oracle is not None:
             object.__setattr__(self, "oracle", oracle)
+
+    @cached_property
+    def in_arrival_order(self) -> bool:
+        """Ascending rows of a table in arrival order are in arrival order: no gather."""
+        return self._table.in_arrival_order or _ascending(self.seq)
 
     @cached_property
     def seq(self) -> np.ndarray:

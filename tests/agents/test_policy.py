@@ -86,3 +86,44 @@ def test_running_jobs_come_back_in_order_of_expected_end_then_id(lab):
     expected = sorted(running, key=lambda r: (r.expected_end(now), r.job_id))
     assert list(state.running_by_end) == expected
     assert any(r.deadline <= now for r in running) and any(r.deadline > now for r in running)
+
+
+def _hold_one_release_at_a_time(job_, free, state, placer):
+    """`expected_hold` as it was: release running jobs one by one in order of expected end."""
+    from attentived.agents.fit import Fit
+    from attentived.agents.plan import Hold
+
+    fit = Fit.of(state)
+    future = free.copy()
+    for run in state.running_by_end:
+        future[list(fit.release(run))] = True
+        if int(future.sum()) < job_.num_gpus:
+            continue
+        usable = fit.usable(job_, future)
+        gpus = placer.place(job_, usable, state) if int(usable.sum()) >= job_.num_gpus else None
+        if gpus is not None:
+            return Hold(job_.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
+    return None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_hold_that_skips_releases_short_of_the_job_matches_one_release_at_a_time(seed):
+    import numpy as np
+
+    from attentived.agents.policy import expected_hold
+    from attentived.topology import uniform
+
+    rng = np.random.default_rng(seed)
+    topo = uniform(8, 8, nodes_per_switch=2)
+    order = rng.permutation(64)
+    running, at = [], 0
+    while at < 60:
+        n = int(rng.choice([1, 2, 4, 8]))
+        running.append(RunningJob(f"r{at}", "x", tuple(sorted(int(g) for g in order[at:at + n])), 0.0,
+                                  float(rng.uniform(0, 500)), float(rng.choice([600.0, 3600.0, 7200.0])),
+                                  exclusive=bool(rng.random() < 0.1)))
+        at += n
+    s = make_state(topo, [job(f"p{g}", gpus=g, nodes=2 if g == 16 else None) for g in (1, 4, 8, 16, 24)], running=running)
+    for placer in (Consolidate(), FirstFit()):
+        for j in s.pending:
+            assert expected_hold(j, s.free, s, placer) == _hold_one_release_at_a_time(j, s.free, s, placer)
