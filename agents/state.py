@@ -163,6 +163,9 @@ class QueueArrays:
     user: np.ndarray  # index into ``users``
     users: tuple[str, ...]
 
+    def __len__(self) -> int:
+        return len(self.seq)
+
     @cached_property
     def in_arrival_order(self) -> bool:
         """Whether row i is the i-th arrival (``seq`` ascending), as the simulator's is."""
@@ -172,7 +175,7 @@ class QueueArrays:
     def arrival(self) -> np.ndarray:
         """Queue indices in arrival order (``seq`` ascending). The simulator's queue is
         already in that order, and a replay asks at every decision: no sort then."""
-        order = np.arange(len(self.seq)) if self.in_arrival_order else np.argsort(self.seq, kind="stable")
+        order = np.arange(len(self)) if self.in_arrival_order else np.argsort(self.seq, kind="stable")
         order.setflags(write=False)  # shared by every reader of this snapshot
         return order
 
@@ -218,6 +221,9 @@ class _Taken(QueueArrays):
         object.__setattr__(self, "users", table.users)
         if oracle is not None:
             object.__setattr__(self, "oracle", oracle)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
     @cached_property
     def in_arrival_order(self) -> bool:
