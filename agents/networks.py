@@ -52,8 +52,9 @@ class NetConfig:
     fairness_input: bool = False
     #: Whether the job agent reads each job's urgency (`features.job_urgency`, the log of
     #: the look-ahead's fairness weight) beside W, as a token input and as a pointer bias
-    #: linear in ``urgency`` and ``W * urgency``: the look-ahead's own Smith ratio, so
-    #: the model can follow its teacher across W. Needs ``fairness_input``.
+    #: linear in ``urgency`` and ``W * urgency`` (the look-ahead's own Smith ratio, so
+    #: the model can follow its teacher across W), WAIT moving with the largest bias.
+    #: Needs ``fairness_input``.
     urgency_input: bool = False
 
     def __post_init__(self) -> None:
@@ -148,7 +149,13 @@ class JobAgent(nn.Module):
         keys = self.key(torch.cat([tokens[:, S + 1 :], tokens[:, S : S + 1]], dim=1))  # jobs, then WAIT
         logits = 10.0 * torch.tanh(torch.einsum("bd,btd->bt", self.query(context), keys) * self.scale)
         if bias is not None:
-            logits = logits + torch.cat([bias, bias.new_zeros(B, 1)], dim=1)
+            # WAIT moves with the most urgent job's bias: the bias reorders the jobs, and an
+            # urgent job competes with WAIT as any job did, but a queue whose startable jobs
+            # all belong to well-served users is not pushed below WAIT (which idled the
+            # cluster at W = 1: the first urgency models waited while their GPUs sat free).
+            top = bias.masked_fill(~valid, -torch.inf).amax(dim=1, keepdim=True)
+            top = torch.where(valid.any(dim=1, keepdim=True), top, torch.zeros_like(top))
+            logits = logits + torch.cat([bias, top], dim=1)
         return JobEncoding(tokens[:, S + 1 :], context, logits, attention)
 
 

@@ -149,7 +149,8 @@ def test_an_urgency_reading_network_needs_the_urgency_and_the_fairness_input():
 
 def test_the_urgency_bias_is_the_look_aheads_smith_ratio_shape():
     """The pointer bias is linear in u and W * u: with weight (0, b) the logit gap between
-    an urgent and a calm job grows by b * u per unit of W, and vanishes at W = 0."""
+    an urgent and a calm job grows by b * u per unit of W, and vanishes at W = 0; WAIT
+    moves with the largest bias, so a bias common to every job changes nothing."""
     torch.manual_seed(0)
     net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, urgency_input=True)).eval()
     obs = _obs(B=1, phase=[0])
@@ -166,4 +167,13 @@ def test_the_urgency_bias_is_the_look_aheads_smith_ratio_shape():
             base = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
                                  fairness=torch.tensor([[w]]), urgency=torch.zeros(1, 8))
             gap.append(float(enc.logits[0, 2] - base.logits[0, 2]))
+            wait_gap = float(enc.logits[0, -1] - base.logits[0, -1])
+            assert wait_gap == pytest.approx(gap[-1], abs=1e-5)  # WAIT moves with the most urgent job
     assert gap[0] == pytest.approx(0.0, abs=1e-6) and gap[1] == pytest.approx(3.0, abs=1e-5)
+    # A queue of well-served users only (all urgencies -1): the jobs keep their place against WAIT.
+    with torch.no_grad():
+        calm = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(), fairness=torch.tensor([[1.0]]),
+                             urgency=-torch.ones(1, 8))
+        base = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(), fairness=torch.tensor([[1.0]]),
+                             urgency=torch.zeros(1, 8))
+    torch.testing.assert_close(torch.softmax(calm.logits, -1), torch.softmax(base.logits, -1))
