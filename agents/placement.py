@@ -72,7 +72,7 @@ class FirstFit:
             return _lowest(topo, free, [int(whole[0])], None, job.num_gpus)
         if node_free.sum() < job.num_gpus:
             return None
-        return _lowest(topo, free, [int(x) for x in np.flatnonzero(node_free)], None, job.num_gpus)
+        return _lowest(topo, free, np.flatnonzero(node_free).tolist(), None, job.num_gpus)
 
 
 def _lowest(topo: Topology, free: np.ndarray, nodes: list[int], per_node: int | None, n: int) -> tuple[int, ...]:

@@ -197,10 +197,18 @@ def _releases_short_of(need: int, runs: tuple[RunningJob, ...]) -> int:
     more GPUs free, counting only those before the first exclusive one (which gives back
     whole nodes). Without node capacity a release gives back exactly its job's GPUs, so
     a hold can mark all of them free at once: walking them one by one was a fifth of a
-    whole-trace replay (hundreds of running jobs at each blocked decision)."""
-    if need <= 0 or not runs:
+    whole-trace replay (hundreds of running jobs at each blocked decision). Read in
+    doubling chunks, since the answer is usually a handful of thousands of jobs."""
+    if need <= 0:
         return 0
-    exclusive = np.fromiter(map(_EXCLUSIVE, runs), bool, len(runs))
-    plain = int(exclusive.argmax()) if exclusive.any() else len(runs)
-    counts = np.fromiter(map(len, map(_GPUS, runs[:plain])), np.int64, plain)
-    return int(np.searchsorted(np.cumsum(counts), need))
+    done, chunk = 0, 32
+    while done < len(runs):
+        part = runs[done : done + chunk]
+        exclusive = np.fromiter(map(_EXCLUSIVE, part), bool, len(part))
+        plain = int(exclusive.argmax()) if exclusive.any() else len(part)
+        counts = np.cumsum(np.fromiter(map(len, map(_GPUS, part[:plain])), np.int64, plain))
+        short = int(np.searchsorted(counts, need))
+        if short < plain or plain < len(part):
+            return done + short
+        done, need, chunk = done + plain, need - int(counts[-1]), 2 * chunk
+    return done

@@ -361,6 +361,8 @@ class ClusterState:
     users: Mapping[str, UserStats] = field(default_factory=lambda: _NO_USERS)
     queue_arrays: QueueArrays | None = field(default=None, repr=False, compare=False)
     nodes: NodeCapacity | None = None
+    #: ``running`` in `running_by_end` order, when the driver keeps it so (the simulator).
+    release_order: tuple[RunningJob, ...] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.free.shape != (self.topology.num_gpus,):
@@ -383,7 +385,10 @@ class ClusterState:
     def running_by_end(self) -> tuple[RunningJob, ...]:
         """Running jobs by expected end (`RunningJob.expected_end`), then job id: the order
         their GPUs are expected back in. Jobs past their limit (or without one) are
-        expected *now*, so they come first, by job id."""
+        expected *now*, so they come first, by job id. Given by the driver as
+        ``release_order`` when it keeps running jobs so, else sorted here."""
+        if self.release_order is not None:
+            return self.release_order
         out = sorted(self.running, key=_BY_DEADLINE)
         overdue = 0
         while overdue < len(out) and out[overdue].deadline <= self.now:

@@ -15,12 +15,14 @@ as ``ClusterState.nodes`` and checks every start against them as Slurm would (se
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
@@ -42,6 +44,7 @@ from attentived.topology.speed import SpeedModel, resolve_model
 from .limits import time_limit
 from .trace import TraceJob
 
+_END_KEY, _DEADLINE, _ID = attrgetter("deadline", "job_id"), attrgetter("deadline"), attrgetter("job_id")
 _COMPLETION, _ARRIVAL = 0, 1  # at one instant, free GPUs before new jobs are seen
 
 #: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
@@ -208,6 +211,10 @@ class Simulation:
         self._arrived = 0  # arrivals come in row order: rows < _arrived have arrived
         self._sizes: Counter[int] = Counter()
         self._running: dict[str, RunningJob] = {}
+        # The same jobs by (deadline, job id), kept sorted as jobs start and end: each
+        # snapshot hands policies the release order (`ClusterState.running_by_end`) instead
+        # of a sort of thousands of running jobs at every blocked decision.
+        self._by_end: list[RunningJob] = []
         self._users: dict[str, UserStats] = {}
         self._records: list[JobRecord] = []
         self._decision_times: list[float] = []
@@ -239,6 +246,7 @@ class Simulation:
         return None
 
     def snapshot(self) -> ClusterState:
+        by_end = self._release_order()
         lo = self._first_pending
         rows = lo + np.flatnonzero(self._is_pending[lo : self._arrived])
         self._first_pending = int(rows[0]) if len(rows) else self._arrived
@@ -252,11 +260,20 @@ class Simulation:
             topology=self.topology,
             free=self._free,
             pending=RowView(self._as_pending, rows),
-            running=tuple(self._running.values()),
+            running=by_end,
+            release_order=by_end,
             users=MappingProxyType(dict(self._users)),
             queue_arrays=t.take(rows, None if self.oracle else self._no_oracle[: len(rows)]),
             nodes=None if self._res is None else self._res.capacity(),
         )
+
+    def _release_order(self) -> tuple[RunningJob, ...]:
+        """Running jobs in the order `ClusterState.running_by_end` defines: by deadline,
+        those past it (or without a limit) first and by job id."""
+        overdue = bisect.bisect_right(self._by_end, self.now, key=_DEADLINE)
+        if overdue > 1:
+            return (*sorted(self._by_end[:overdue], key=_ID), *self._by_end[overdue:])
+        return tuple(self._by_end)
 
     def apply(self, plan: Plan) -> None:
         """Start the plan's jobs (after checking it) and schedule their completions."""
@@ -270,12 +287,13 @@ class Simulation:
             self._free[list(gpus)] = False
             s = self._by_id[job_id]
             if self._res is None:
-                self._running[job_id] = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit)
+                run = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit)
             else:
                 held = self._res.start(job_id, self._free)
-                self._running[job_id] = RunningJob(
-                    job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit, held.cpus, held.mem, pj.exclusive
-                )
+                run = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit, held.cpus, held.mem,
+                                 pj.exclusive)
+            self._running[job_id] = run
+            bisect.insort(self._by_end, run, key=_END_KEY)
             end = self.now + self.speed.runtime(s.model, s.job.duration, gpus)
             heapq.heappush(self._events, (end, _COMPLETION, next(self._counter), job_id))
         if self._pending and not self._running and not self._events:
@@ -308,6 +326,7 @@ class Simulation:
 
     def _finish(self, job_id: str) -> None:
         run = self._running.pop(job_id)
+        del self._by_end[bisect.bisect_left(self._by_end, _END_KEY(run), key=_END_KEY)]
         self._free[list(run.gpus)] = True
         if self._res is not None:
             self._res.finish(job_id, self._free)

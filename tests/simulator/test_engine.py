@@ -118,3 +118,23 @@ def test_any_trace_on_any_cluster_completes_every_job_once_without_overallocatio
     jobs = prepare_jobs(trace, seed)
     result = Simulation(jobs, topo, make_policy(policy, seed)).run()
     _check_schedule(result.records, jobs, topo)
+
+
+def test_the_release_order_the_simulator_keeps_is_the_one_a_state_would_sort():
+    """The engine keeps running jobs by deadline as they start and end; at every decision
+    that order is what `ClusterState.running_by_end` computes from scratch (jobs past their
+    limit or without one first, by job id)."""
+    import dataclasses
+
+    raw = [tj(f"j{i:03d}", float(37 * i % 400), float(300 + 173 * i % 2000), gpus=1 + i % 8, user=f"u{i % 4}") for i in range(120)]
+    jobs = prepare_jobs(raw, seed=3)
+    jobs = [dataclasses.replace(j, time_limit=None) if i % 9 == 0 else j for i, j in enumerate(jobs)]  # some without a limit
+    sim = Simulation(jobs, uniform(2, 8), make_policy("sjf+consolidate"))
+    sim.reset()
+    checked = 0
+    while (state := sim.next_decision()) is not None:
+        fresh = dataclasses.replace(state, release_order=None)
+        assert state.running_by_end == fresh.running_by_end
+        checked += bool(state.running)
+        sim.apply(sim.policy.decide(state))
+    assert checked > 20
