@@ -29,7 +29,8 @@ def estimated_runtime(job: PendingJob, state: ClusterState) -> float:
 def estimated_runtimes(state: ClusterState) -> np.ndarray:
     """``estimated_runtime`` for the whole queue at once (row i = ``state.pending[i]``)."""
     q = state.queue
-    accuracy = np.array([state.user(u).limit_accuracy or 1.0 for u in q.users], dtype=float)
+    users = state.users
+    accuracy = np.array([(s.limit_accuracy or 1.0) if (s := users.get(u)) is not None else 1.0 for u in q.users], dtype=float)
     return q.limit * accuracy[q.user] if len(q.users) else q.limit.copy()
 
 

@@ -119,18 +119,18 @@ class UserStats:
     run_seconds: float = 0.0
     limit_seconds: float = 0.0  # sum of time limits of finished jobs that had one
     limited_jobs: int = 0
+    #: Mean run time / time limit over the user's finished jobs (``None`` if unknown): how
+    #: much the user over-asks, so policies can sharpen a limit into an estimate. A field
+    #: set at construction: every decision of a replay reads it for each of its users.
+    limit_accuracy: float | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        known = self.limited_jobs and self.limit_seconds > 0
+        object.__setattr__(self, "limit_accuracy", min(1.0, self.run_seconds / self.limit_seconds) if known else None)
 
     @property
     def mean_wait(self) -> float:
         return self.wait_seconds / self.jobs if self.jobs else 0.0
-
-    @property
-    def limit_accuracy(self) -> float | None:
-        """Mean run time / time limit over the user's finished jobs (``None`` if unknown):
-        how much the user over-asks, so policies can sharpen a limit into an estimate."""
-        if not self.limited_jobs or self.limit_seconds <= 0:
-            return None
-        return min(1.0, self.run_seconds / self.limit_seconds)
 
     def add(self, num_gpus: int, wait: float, run: float, time_limit: float | None) -> UserStats:
         return UserStats(
