@@ -64,6 +64,10 @@ class PPOConfig:
     # and the network reads W (one model for every W; validated at VALIDATION_FAIRNESS).
     # None: W = 1 for every episode and no W input (the DRL baselines).
     fairness_range: tuple[float, float] | None = None
+    # Experimental: the job agent also reads each job's urgency beside W (NetConfig.
+    # urgency_input). Off by default: its first runs idled the cluster at high W, or
+    # trained unstably (docs/agents.md, "Reading the teacher's urgency").
+    urgency_input: bool = False
     teacher: str = "smallest-gpu-time"  # one of TEACHER_NAMES (training.teacher.TEACHERS)
     # model
     net: NetConfig = field(default_factory=NetConfig)  # attentive
@@ -130,6 +134,8 @@ class PPOConfig:
     def __post_init__(self) -> None:
         if self.fairness_range is not None and not 0.0 <= self.fairness_range[0] <= self.fairness_range[1] <= 1.0:
             raise ValueError(f"fairness_range must be [lo, hi] within [0, 1], got {list(self.fairness_range)}")
+        if self.urgency_input and self.fairness_range is None:
+            raise ValueError("urgency_input needs fairness_range (the urgency is read beside W)")
         if self.teacher not in TEACHER_NAMES:
             raise ValueError(f"teacher must be one of {', '.join(TEACHER_NAMES)}, got {self.teacher!r}")
 

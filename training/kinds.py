@@ -70,9 +70,9 @@ def _proximity_defaults() -> dict[str, Any]:
 
 
 def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
-    """A model trained over a range of W reads W and each job's urgency beside it."""
+    """A model trained over a range of W reads W (and, if asked, each job's urgency)."""
     conditioned = cfg.fairness_range is not None
-    return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=conditioned))
+    return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=conditioned and cfg.urgency_input))
 
 
 def _attentive_defaults() -> dict[str, Any]:

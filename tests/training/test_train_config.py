@@ -33,6 +33,7 @@ def test_toml_sets_plain_fields_and_reward_weights(tmp_path):
         ({"fairness_range": [0.9, 0.1]}, "fairness_range must be \\[lo, hi\\] within \\[0, 1\\]"),
         ({"fairness_range": [0, "x"]}, "fairness_range: expected a list of 2 numbers"),
         ({"teacher": "oracle"}, "teacher must be one of smallest-gpu-time, look-ahead"),
+        ({"urgency_input": True}, "urgency_input needs fairness_range"),
     ],
 )
 def test_bad_settings_name_the_key(doc, where):
@@ -58,3 +59,8 @@ def test_the_fairness_range_and_teacher_come_from_a_file_too(tmp_path):
     f.write_text('fairness_range = [0.2, 0.8]\nteacher = "look-ahead"\n')
     cfg = load_train_config(f)
     assert cfg.fairness_range == (0.2, 0.8) and cfg.teacher == "look-ahead"
+    f.write_text('fairness_range = [0.0, 1.0]\nurgency_input = true\n')
+    from attentived.training.kinds import KINDS
+
+    net = KINDS["attentive"].make_net(load_train_config(f))
+    assert net.cfg.fairness_input and net.cfg.urgency_input  # the experimental input, when asked for
