@@ -58,8 +58,12 @@ class FirstFit:
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
-        node_free = np.bincount(topo.gpu_node, weights=free, minlength=len(topo.nodes))  # islands do not matter here
         shape = _shaped(job)
+        if job.num_gpus == 1 and shape is None:
+            # The lowest free GPU is on the lowest node with one (most jobs of a trace ask one GPU).
+            g = int(free.argmax())
+            return (g,) if free[g] else None
+        node_free = np.bincount(topo.gpu_node, weights=free, minlength=len(topo.nodes))  # islands do not matter here
         if shape is not None:
             k, per = shape
             ok = np.flatnonzero(node_free >= per)

@@ -103,7 +103,9 @@ class Scheduler:
         ranking = self.chooser.rank(state)
         order = np.asarray(ranking.order, dtype=np.int64)
         limit = len(order) if ranking.startable is None else ranking.startable
-        wanted = state.queue.gpus[order]
+        # FIFO's order on an arrival-ordered queue is the identity: no gather of the queue then.
+        identity = order is state.queue.arrival and state.queue.in_arrival_order
+        wanted = state.queue.gpus if identity else state.queue.gpus[order]
         fit = Fit.of(state)
         free = state.free.copy()
         n_free = state.num_free

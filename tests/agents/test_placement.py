@@ -115,3 +115,15 @@ def test_consolidate_puts_a_one_node_job_in_one_island_when_one_holds_it(lab):
     s = make_state(lab, busy=[0, 1, 2, 5, 6, 7, 8, 9, 10, 11])
     assert Consolidate().place(job("a", 2, nodes=1), s.free, s) == (12, 13)
     assert Consolidate().place(job("b", 9, nodes=1), s.free, s) is None
+
+
+def test_first_fit_of_one_gpu_is_the_lowest_free_gpu():
+    """The one-GPU shortcut is what the node-by-node rule gives: the lowest node with a
+    free GPU, its lowest free GPU."""
+    topo = uniform(6, 8, nodes_per_switch=2)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        free = rng.random(topo.num_gpus) < rng.uniform(0.0, 0.3)
+        s = make_state(topo, [job("j", gpus=1)], busy=np.flatnonzero(~free).tolist())
+        got = FirstFit().place(s.pending[0], s.free, s)
+        assert got == (tuple(int(g) for g in np.flatnonzero(free)[:1]) or None)
