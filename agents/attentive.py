@@ -161,7 +161,10 @@ class AttentivePolicy(TwoPhasePolicy):
         )
 
     def _place(self, ctx: Context, enc: JobEncoding, slot: int, job: PendingJob) -> tuple[int, ...]:
-        gv = self.encoder.gpus(ctx, job)
+        cands = self.encoder.candidates(ctx, job)
+        if len(cands) == 1:  # one legal placement: nothing for the GPU agent to choose
+            return cands[0].gpus
+        gv = self.encoder.gpu_view(ctx, job, cands)
         return gv.placements[self._pick(self._gpu_logits(enc, slot, gv))].gpus
 
     def _gpu_logits(self, enc: JobEncoding, slot: int, gv: GpuView) -> torch.Tensor:

@@ -107,8 +107,7 @@ class Context:
 
     @classmethod
     def of(cls, state: ClusterState) -> Context:
-        topo = state.topology
-        island_free, node_free = free_counts(topo, state.free)
+        island_free, node_free = state.free_counts
         until = state.release_in
         feasible = state.queue.gpus <= state.num_free
         ctx = cls(state, island_free, node_free, until, feasible, estimated_runtimes(state), Fit.of(state))
@@ -353,10 +352,14 @@ class FeatureEncoder:
 
     def gpus(self, ctx: Context, job: PendingJob) -> GpuView:
         """The GPU agent's input for ``job`` (which must fit now)."""
+        return self.gpu_view(ctx, job, self.candidates(ctx, job))
+
+    def candidates(self, ctx: Context, job: PendingJob) -> list[Candidate]:
+        """The first ``max_candidates`` of `candidates` for ``job``, which must fit now."""
         cands = candidates(job, ctx)
         if not cands:
             raise ValueError(f"job {job.job_id} cannot start now: no candidate placement")
-        return self.gpu_view(ctx, job, cands[: self.max_candidates])
+        return cands[: self.max_candidates]
 
     def gpu_view(self, ctx: Context, job: PendingJob, cands: list[Candidate]) -> GpuView:
         state, topo = ctx.state, ctx.state.topology
@@ -386,9 +389,8 @@ class FeatureEncoder:
             nds = np.flatnonzero(on_node)
             per_node = on_node[nds]
             sws = np.unique(topo.gpu_switch[g])
-            touched = np.zeros(N, bool)
-            touched[nds] = True
-            busy_near = ctx.until_free[touched[topo.gpu_node] & busy]
+            near = _node_gpus(topo, nds)  # the GPUs of the nodes it touches
+            busy_near = ctx.until_free[near[busy[near]]]
             release = float(log_time(busy_near.max())) if len(busy_near) else 0.0
             row = rows[c]
             row[0] = math.log(slowdown)  # may be < 0: the speed model can beat `ideal_gpus`
@@ -418,7 +420,7 @@ def _node_rows(ctx: Context, shown: np.ndarray) -> np.ndarray:
     size_all = np.diff(topo.node_first_gpu)
     size = size_all[shown]
     offsets = np.cumsum(size) - size  # each shown node's first row among ``gpus``
-    gpus = np.repeat(topo.node_first_gpu[shown] - offsets, size) + np.arange(int(size.sum()))
+    gpus = _node_gpus(topo, shown)
     local = np.repeat(np.arange(M), size)
     until = ctx.until_free[gpus]
     busy = ~state.free[gpus] & (until < _NEVER)
@@ -455,6 +457,13 @@ def _node_rows(ctx: Context, shown: np.ndarray) -> np.ndarray:
     rows[:, 8] = down / size
     rows[:, 9] = (switch_size / topo.num_gpus)[sw]
     return rows
+
+
+def _node_gpus(topo: Topology, nodes: np.ndarray) -> np.ndarray:
+    """Global ids of every GPU of ``nodes`` (node indices), node by node."""
+    size = np.diff(topo.node_first_gpu)[nodes]
+    offsets = np.cumsum(size) - size
+    return np.repeat(topo.node_first_gpu[nodes] - offsets, size) + np.arange(int(size.sum()))
 
 
 def shown_nodes(topo: Topology, cands: Sequence[Candidate]) -> np.ndarray:

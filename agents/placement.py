@@ -23,6 +23,11 @@ def free_counts(topo: Topology, free: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return per_island, per_node
 
 
+def _counts(state: ClusterState, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`free_counts` of ``free``: the state's own, computed once, when it is its mask."""
+    return state.free_counts if free is state.free else free_counts(state.topology, free)
+
+
 def _take(topo: Topology, free: np.ndarray, island_free: np.ndarray, nodes: list[int], per_node: int | None, n: int) -> tuple[int, ...]:
     """Collect ``n`` free GPUs from ``nodes`` in the given order, ``per_node`` from each when
     set, filling each node's fullest islands first so the job touches the fewest islands."""
@@ -101,7 +106,7 @@ class Consolidate:
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
         n = job.num_gpus
-        island_free, node_free = free_counts(topo, free)
+        island_free, node_free = _counts(state, free)
         shape = _shaped(job)
         if shape is not None and shape[0] > 1:
             return _consolidate_shaped(topo, free, island_free, node_free, *shape)
@@ -154,7 +159,7 @@ class LoadBalance:
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
-        island_free, node_free = free_counts(topo, free)
+        island_free, node_free = _counts(state, free)
         shape = _shaped(job)
         nodes = np.argsort(-node_free, kind="stable")
         if shape is not None:
@@ -184,7 +189,7 @@ class RandomPlacer:
         shape = _shaped(job)
         if shape is not None:
             k, per = shape
-            _, node_free = free_counts(topo, free)
+            _, node_free = _counts(state, free)
             ok = np.flatnonzero(node_free >= per)
             if len(ok) < k:
                 return None

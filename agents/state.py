@@ -398,6 +398,17 @@ class ClusterState:
         return tuple(out)
 
     @cached_property
+    def free_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Free GPUs per NVLink island and per node: placers and features ask for these
+        counts of the snapshot's own mask several times per decision."""
+        topo = self.topology
+        per_island = np.bincount(topo.gpu_island, weights=self.free, minlength=topo.num_islands).astype(np.int64)
+        per_node = np.bincount(topo.gpu_node, weights=self.free, minlength=len(topo.nodes)).astype(np.int64)
+        per_island.setflags(write=False)
+        per_node.setflags(write=False)
+        return per_island, per_node
+
+    @cached_property
     def running_arrays(self) -> RunningArrays:
         """``running`` as arrays, read in one pass: what the per-user and per-GPU views
         below are computed from (a 16,384-GPU cluster runs some 10,000 jobs)."""
@@ -483,6 +494,14 @@ class ClusterState:
             served = dict(self.attained_service)
             served.setdefault(run.user, 0.0)
             cache["attained_service"] = served
+        if "free_counts" in self.__dict__:
+            topo, taken = self.topology, np.asarray(run.gpus)
+            per_island, per_node = (a.copy() for a in self.free_counts)
+            np.subtract.at(per_island, topo.gpu_island[taken], 1)
+            np.subtract.at(per_node, topo.gpu_node[taken], 1)
+            per_island.setflags(write=False)
+            per_node.setflags(write=False)
+            cache["free_counts"] = (per_island, per_node)
         if "waits_by_user" in self.__dict__:
             waits = dict(self.waits_by_user)
             w, n = waits.get(run.user, (0.0, 0))

@@ -39,7 +39,7 @@ def test_a_start_carries_over_what_it_cannot_change():
     users = {"u0": UserStats(jobs=3, gpu_seconds=7200.0, wait_seconds=900.0)}
     pending = [job(f"p{i}", gpus=1 + i % 2, user=f"u{i % 3}", submit=float(i), nodes=1 if i == 3 else None) for i in range(6)]
     s = make_state(topo, pending, running=running, now=2000.0, users=users)
-    for name in ("attained_service", "waits_by_user", "release_in", "irregular"):
+    for name in ("attained_service", "waits_by_user", "release_in", "irregular", "free_counts"):
         getattr(s, name)  # computed, so `started` carries them
     fit = Fit.of(s)
     run = fit.started(s.pending[2], (20, 21, 22)[: s.pending[2].num_gpus], s.now)
@@ -50,4 +50,5 @@ def test_a_start_carries_over_what_it_cannot_change():
     assert after.waits_by_user == fresh.waits_by_user
     assert np.array_equal(after.release_in, fresh.release_in)
     assert np.array_equal(after.irregular, fresh.irregular)
+    assert all(np.array_equal(a, b) for a, b in zip(after.free_counts, fresh.free_counts))
     assert np.array_equal(after.queue.gpus, fresh.queue.gpus) and after.queue.users == fresh.queue.users
