@@ -179,7 +179,7 @@ class JobView:
     feasible: np.ndarray  # [W] bool: that job can start now
     index: np.ndarray  # [W] int64
     wait_allowed: bool
-    urgency: np.ndarray  # [W] float32: `urgency` of each slot's job (0 pads)
+    urgency: np.ndarray  # [W] float32: `job_urgency` of each slot's job (0 pads; all 0 unless asked for)
 
     @property
     def action_mask(self) -> np.ndarray:
@@ -219,11 +219,14 @@ class FeatureEncoder:
     """Builds `JobView` s and `GpuView` s. Keeps one `SpeedModel` per topology, since the
     communication sensitivity of a job and the cost of a candidate come from its profile."""
 
-    def __init__(self, window: int = DEFAULT_WINDOW, max_candidates: int = MAX_CANDIDATES) -> None:
+    def __init__(self, window: int = DEFAULT_WINDOW, max_candidates: int = MAX_CANDIDATES, urgency: bool = False) -> None:
+        """``urgency``: fill `JobView.urgency` (zeros otherwise: only models that read it
+        pay for it)."""
         if window < 1 or max_candidates < 1:
             raise ValueError("window and max_candidates must be positive")
         self.window = window
         self.max_candidates = max_candidates
+        self.urgency = urgency
         self._speed: dict[int, tuple[SpeedModel, str]] = {}
 
     def speed(self, topo: Topology) -> SpeedModel:
@@ -267,7 +270,8 @@ class FeatureEncoder:
         urgency = np.zeros(W, np.float32)
         if k:
             jobs[:k] = self._job_rows(ctx, idx)
-            urgency[:k] = job_urgency(ctx)[idx]
+            if self.urgency:
+                urgency[:k] = job_urgency(ctx)[idx]
         return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx), urgency)
 
     def _job_rows(self, ctx: Context, idx: np.ndarray) -> np.ndarray:

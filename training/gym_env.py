@@ -32,14 +32,15 @@ candidates     (max_candidates, CANDIDATE_FEAT.)  one row per candidate placemen
 share          (max_candidates, max_nodes)        fraction of the job on each node
 action_mask    MultiBinary(actions)               legal actions in this phase
 fairness       Box(0, 1, (1,))                    the episode's fairness setting W
-urgency        (window,)                          each slot's `job_urgency` (0 pads)
+urgency        (window,)                          each slot's `job_urgency` (0 unless urgency=True)
 =============  =================================  =========================================
 
 The reward is `attentived.training.reward` (JCT, fairness of waiting, communication cost;
 weights in `RewardWeights`, the fairness term scaled by W), paid when the simulation
 moves. ``fairness`` is W, or a range W is drawn from (uniformly, by the environment's
 RNG) at each reset: a preference-conditioned agent reads it from the observation and
-learns the whole range with one network. ``info`` carries the step's
+learns the whole range with one network; ``urgency=True`` fills ``obs["urgency"]`` (for
+the experimental urgency input, `PPOConfig.urgency_input`). ``info`` carries the step's
 reward terms, and at the end of an episode ``info["metrics"]`` (the
 `attentived.simulator.metrics.summarize` dict) and ``info["episode_name"]``.
 
@@ -218,6 +219,7 @@ class SchedulingEnv(gym.Env):
         reward: RewardWeights = RewardWeights(),
         invalid_penalty: float = 0.01,
         fairness: float | tuple[float, float] = 1.0,
+        urgency: bool = False,
     ) -> None:
         lo, hi = fairness if isinstance(fairness, tuple) else (fairness, fairness)
         if not 0.0 <= lo <= hi <= 1.0:
@@ -226,7 +228,7 @@ class SchedulingEnv(gym.Env):
         self._fairness = float(lo)
         self.episodes = episodes if episodes is not None else TraceWindows.philly()
         self.invalid_penalty = invalid_penalty
-        self.encoder = FeatureEncoder(window, max_candidates)
+        self.encoder = FeatureEncoder(window, max_candidates, urgency)
         self.window, self.max_nodes, self.max_candidates = window, max_nodes, max_candidates
         self.weights = reward
         self.wait_action = window

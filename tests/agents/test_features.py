@@ -149,7 +149,8 @@ def test_urgency_is_the_log_of_the_look_aheads_fairness_weight(lab):
                job("c", gpus=8, user="carol", submit=950.0, limit=4 * 3600.0)]
     s = make_state(lab, pending, running=running, now=1000.0, users=users)
     ctx = Context.of(s)
-    view = FeatureEncoder(window=4).jobs(ctx)
+    assert not FeatureEncoder(window=4).jobs(ctx).urgency.any()  # only filled when asked for
+    view = FeatureEncoder(window=4, urgency=True).jobs(ctx)
     weights = fairness_weights(s, np.zeros(2))  # both fit now: nothing ahead of them
     assert view.urgency[:2] == pytest.approx(np.clip(np.log(weights) / 4.0, -3.0, 3.0), abs=1e-6)
     assert view.urgency[0] == -3.0  # Bob never waited: his weight is below e^-12, clipped

@@ -54,7 +54,8 @@ def _stored_transitions(tmp_path: Path, steps: int = 240) -> tuple[dict[str, tor
     obs_rows, actions = [], []
     for nodes in (1, 2, 4):
         jobs = prepare_jobs(trace.jobs[: 60 * nodes], seed=nodes)
-        env = SchedulingEnv(FixedEpisode(Episode(tuple(jobs), uniform(nodes, 8), "toy")), window=32, max_nodes=4)
+        env = SchedulingEnv(FixedEpisode(Episode(tuple(jobs), uniform(nodes, 8), "toy")), window=32, max_nodes=4,
+                            urgency=True)
         obs, _ = env.reset(seed=nodes)
         for _ in range(steps // 3):
             a = teacher_action(env) if rng.random() < 0.7 else int(rng.choice(np.flatnonzero(obs["action_mask"])))
