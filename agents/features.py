@@ -47,8 +47,8 @@ from attentived.topology.speed import SpeedModel
 from .fit import Fit, request
 from .objective import fairness_weights
 from .order import estimated_runtime, estimated_runtimes
-from .placement import Consolidate, FirstFit, LoadBalance, free_counts
-from .state import DOWN_SECONDS, ClusterState, PendingJob
+from .placement import Consolidate, FirstFit, LoadBalance
+from .state import DOWN_SECONDS, ClusterState, PendingJob, free_counts
 
 JOB_FEATURES = 20
 SUMMARY_TOKENS = 2

@@ -13,14 +13,7 @@ import numpy as np
 
 from attentived.topology import Topology
 
-from .state import ClusterState, PendingJob
-
-
-def free_counts(topo: Topology, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Free GPUs per island and per node."""
-    per_island = np.bincount(topo.gpu_island, weights=free, minlength=topo.num_islands).astype(np.int64)
-    per_node = np.bincount(topo.gpu_node, weights=free, minlength=len(topo.nodes)).astype(np.int64)
-    return per_island, per_node
+from .state import ClusterState, PendingJob, free_counts, node_counts
 
 
 def _counts(state: ClusterState, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +61,7 @@ class FirstFit:
             # The lowest free GPU is on the lowest node with one (most jobs of a trace ask one GPU).
             g = int(free.argmax())
             return (g,) if free[g] else None
-        node_free = np.bincount(topo.gpu_node, weights=free, minlength=len(topo.nodes))  # islands do not matter here
+        node_free = node_counts(topo, free)  # islands do not matter here
         if shape is not None:
             k, per = shape
             ok = np.flatnonzero(node_free >= per)

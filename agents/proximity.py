@@ -43,8 +43,7 @@ from attentived.topology import Topology
 
 from .features import Context, FeatureEncoder, fits, log_time
 from .order import estimated_runtime
-from .placement import free_counts
-from .state import ClusterState, PendingJob
+from .state import ClusterState, PendingJob, free_counts
 
 GPU_FEATURES = 7
 QUEUE_WINDOW = 10

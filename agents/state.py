@@ -9,6 +9,7 @@ A job's true duration is absent unless the run is an explicitly named oracle run
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -340,11 +341,33 @@ class NodeCapacity:
     features: tuple[frozenset[str], ...]
 
 
+def node_counts(topo: Topology, mask: np.ndarray) -> np.ndarray:
+    """GPUs of ``mask`` per node."""
+    return np.bincount(topo.gpu_node, weights=mask, minlength=len(topo.nodes)).astype(np.int64)
+
+
+def free_counts(topo: Topology, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Free GPUs per NVLink island and per node."""
+    per_island = np.bincount(topo.gpu_island, weights=free, minlength=topo.num_islands).astype(np.int64)
+    return per_island, node_counts(topo, free)
+
+
 DOWN_SECONDS = 30 * 86_400.0
 """What `ClusterState.release_in` says of a GPU on a node that is down or drained."""
 
-_BY_DEADLINE = attrgetter("deadline", "job_id")
+BY_RELEASE = attrgetter("deadline", "job_id")
+"""Sort key of running jobs before `release_order` (a driver that keeps them sorted uses it)."""
 _BY_ID = attrgetter("job_id")
+
+
+def release_order(by_release: Sequence[RunningJob], now: float) -> tuple[RunningJob, ...]:
+    """Running jobs sorted by `BY_RELEASE`, in the order their GPUs are expected back
+    (`ClusterState.running_by_end`): those past their limit (or without one) are expected
+    *now*, so they come first, by job id."""
+    overdue = bisect.bisect_right(by_release, now, key=_DEADLINE)
+    if overdue > 1:
+        return (*sorted(by_release[:overdue], key=_BY_ID), *by_release[overdue:])
+    return tuple(by_release)
 
 
 @dataclass(frozen=True)
@@ -389,21 +412,13 @@ class ClusterState:
         ``release_order`` when it keeps running jobs so, else sorted here."""
         if self.release_order is not None:
             return self.release_order
-        out = sorted(self.running, key=_BY_DEADLINE)
-        overdue = 0
-        while overdue < len(out) and out[overdue].deadline <= self.now:
-            overdue += 1
-        if overdue > 1:
-            out[:overdue] = sorted(out[:overdue], key=_BY_ID)
-        return tuple(out)
+        return release_order(sorted(self.running, key=BY_RELEASE), self.now)
 
     @cached_property
     def free_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """Free GPUs per NVLink island and per node: placers and features ask for these
         counts of the snapshot's own mask several times per decision."""
-        topo = self.topology
-        per_island = np.bincount(topo.gpu_island, weights=self.free, minlength=topo.num_islands).astype(np.int64)
-        per_node = np.bincount(topo.gpu_node, weights=self.free, minlength=len(topo.nodes)).astype(np.int64)
+        per_island, per_node = free_counts(self.topology, self.free)
         per_island.setflags(write=False)
         per_node.setflags(write=False)
         return per_island, per_node

@@ -22,7 +22,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
@@ -30,6 +29,7 @@ import numpy as np
 from attentived.agents.plan import Plan
 from attentived.agents.policy import Policy
 from attentived.agents.state import (
+    BY_RELEASE,
     ClusterState,
     NodeCapacity,
     PendingJob,
@@ -37,6 +37,7 @@ from attentived.agents.state import (
     RowView,
     RunningJob,
     UserStats,
+    release_order,
 )
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel, resolve_model
@@ -44,7 +45,6 @@ from attentived.topology.speed import SpeedModel, resolve_model
 from .limits import time_limit
 from .trace import TraceJob
 
-_END_KEY, _DEADLINE, _ID = attrgetter("deadline", "job_id"), attrgetter("deadline"), attrgetter("job_id")
 _COMPLETION, _ARRIVAL = 0, 1  # at one instant, free GPUs before new jobs are seen
 
 #: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
@@ -246,7 +246,7 @@ class Simulation:
         return None
 
     def snapshot(self) -> ClusterState:
-        by_end = self._release_order()
+        by_end = release_order(self._by_end, self.now)
         lo = self._first_pending
         rows = lo + np.flatnonzero(self._is_pending[lo : self._arrived])
         self._first_pending = int(rows[0]) if len(rows) else self._arrived
@@ -267,14 +267,6 @@ class Simulation:
             nodes=None if self._res is None else self._res.capacity(),
         )
 
-    def _release_order(self) -> tuple[RunningJob, ...]:
-        """Running jobs in the order `ClusterState.running_by_end` defines: by deadline,
-        those past it (or without a limit) first and by job id."""
-        overdue = bisect.bisect_right(self._by_end, self.now, key=_DEADLINE)
-        if overdue > 1:
-            return (*sorted(self._by_end[:overdue], key=_ID), *self._by_end[overdue:])
-        return tuple(self._by_end)
-
     def apply(self, plan: Plan) -> None:
         """Start the plan's jobs (after checking it) and schedule their completions."""
         starts = self._checked_starts(plan)
@@ -293,7 +285,7 @@ class Simulation:
                 run = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit, held.cpus, held.mem,
                                  pj.exclusive)
             self._running[job_id] = run
-            bisect.insort(self._by_end, run, key=_END_KEY)
+            bisect.insort(self._by_end, run, key=BY_RELEASE)
             end = self.now + self.speed.runtime(s.model, s.job.duration, gpus)
             heapq.heappush(self._events, (end, _COMPLETION, next(self._counter), job_id))
         if self._pending and not self._running and not self._events:
@@ -326,7 +318,7 @@ class Simulation:
 
     def _finish(self, job_id: str) -> None:
         run = self._running.pop(job_id)
-        del self._by_end[bisect.bisect_left(self._by_end, _END_KEY(run), key=_END_KEY)]
+        del self._by_end[bisect.bisect_left(self._by_end, BY_RELEASE(run), key=BY_RELEASE)]
         self._free[list(run.gpus)] = True
         if self._res is not None:
             self._res.finish(job_id, self._free)
