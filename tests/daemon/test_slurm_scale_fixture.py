@@ -4,8 +4,6 @@ its stub commands. Small (64 GPUs, 100 pending jobs), so it stays cheap."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -13,18 +11,12 @@ import pytest
 
 from attentived.daemon import scontrol_text, slurm_json
 from attentived.topology import uniform
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench_scripts import load_bench
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("slurm_scale", ROOT / "bench" / "slurm_scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("slurm_scale", monkeypatch)
 
 
 def _read(version: str, d: Path):

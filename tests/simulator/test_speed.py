@@ -4,11 +4,8 @@ Pollux's measured testbed, the shipped profiles, and the model assignment of tra
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from collections import Counter
 from importlib import resources
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -26,8 +23,8 @@ from attentived.topology.speed import (
     rebase,
     resolve_model,
 )
+from tests.bench_scripts import load_bench
 
-ROOT = Path(__file__).resolve().parents[2]
 PROFILES = load_profiles()
 POLLUX_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
@@ -157,12 +154,7 @@ def test_rebase_keeps_the_cross_node_ratio() -> None:
 
 
 def _calibration_script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("calibrate_speed", ROOT / "bench" / "calibrate_speed.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("calibrate_speed", monkeypatch)
 
 
 def test_shipped_profiles_are_what_the_calibration_produces(monkeypatch: pytest.MonkeyPatch) -> None:
