@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--child", nargs=2, metavar=("POLICY", "MAX_JOBS"), help=argparse.SUPPRESS)
     ap.add_argument("--child-frontier", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.frontier_jobs < 1:
+        ap.error(f"--frontier-jobs must be at least 1, got {args.frontier_jobs}")
     if args.child:
         policy, n = args.child
         print(json.dumps(one(policy, None if n == "all" else int(n), args.nodes, args.gpus_per_node, args.child_frontier)))
