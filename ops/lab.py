@@ -2,14 +2,16 @@
 
 The lab itself is a set of shell scripts shipped as package data in ``attentived/slurmlab/``
 (``install.sh``, ``start.sh``, ``stop.sh``, ``reset.sh`` and the config templates): one slurmctld
-and N slurmd ("node1".."nodeN") with 8 fake H100 GPUs each, all running as root under a run
-directory (default ``/tmp/attentived-lab``). This module starts and stops it and runs Slurm
+and N slurmd ("node1".."nodeN") with 8 fake H100 GPUs each and, unless ``accounting=False``,
+slurmdbd on its own MariaDB (an account "lab" with the users, the service user
+``attentived`` an operator), all running as root under a run directory (default
+``/tmp/attentived-lab``). This module starts and stops it and runs Slurm
 commands against it, always with argv lists and timeouts::
 
     from attentived.ops.lab import Lab
 
     lab = Lab()                      # or Lab(run_dir="/tmp/x", nodes=16, port_base=18817)
-    lab.start()                      # about 3 s; needs root and Slurm (see install())
+    lab.start()                      # about 7 s; needs root and Slurm (see install())
     job = lab.submit("alice", 2, script="nvidia-smi || echo $CUDA_VISIBLE_DEVICES")
     lab.wait_for_state(job, "COMPLETED")
     print(lab.output(job), lab.squeue_json()["jobs"][-1]["job_state"])
@@ -39,6 +41,7 @@ __all__ = [
     "GPUS_PER_NODE",
     "Lab",
     "LabError",
+    "OPERATOR",
     "USERS",
     "install",
     "parse_scontrol_line",
@@ -50,11 +53,13 @@ DEFAULT_RUN_DIR = "/tmp/attentived-lab"
 DEFAULT_PORT_BASE = 17817
 GPUS_PER_NODE = 8
 USERS = ("alice", "bob", "carol")
+#: The daemon's service user in the lab: no root, Slurm operator rights from slurmdbd.
+OPERATOR = "attentived"
 PARTITIONS = ("main", "other")
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # processes that belong to a lab: these executables, naming the run dir (see common.sh)
-_DAEMON_EXES = ("slurmctld", "slurmd", "slurmstepd", "munged")
+_DAEMON_EXES = ("slurmctld", "slurmd", "slurmstepd", "munged", "mariadbd", "mysqld")
 # the environment user submissions run with (a job inherits its submitter's environment)
 _USER_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -90,7 +95,8 @@ def _run_script(name: str, args: Sequence[str] = (), *, env: Mapping[str, str] |
 
 
 def slurm_installed() -> bool:
-    """True when slurmctld, slurmd, the client commands and munged are installed."""
+    """True when slurmctld, slurmd, the client commands, munged and, for accounting, slurmdbd
+    and MariaDB are installed."""
     try:
         _run_script("install.sh", ["--check"], timeout=30)
     except LabError:
@@ -99,7 +105,8 @@ def slurm_installed() -> bool:
 
 
 def install(timeout: float = 900) -> str:
-    """Install Slurm and munge with apt-get (root only); a no-op when they are there."""
+    """Install Slurm, munge, slurmdbd and MariaDB with apt-get (root only); a no-op when they
+    are there."""
     return _run_script("install.sh", timeout=timeout)
 
 
@@ -133,6 +140,7 @@ class Lab:
                  sched_type: str | None = None, prio_type: str | None = None,
                  sched_params: str | None = None, extra_conf: str | None = None,
                  warmup: bool = True, users: Iterable[str] = USERS,
+                 accounting: bool = True, operator: str | None = OPERATOR,
                  timeout: float = 30) -> None:
         self.run_dir = Path(run_dir or os.environ.get("ATTENTIVED_LAB_RUN") or DEFAULT_RUN_DIR)
         self.nodes = int(nodes)
@@ -145,7 +153,9 @@ class Lab:
         self.extra_conf = extra_conf
         self.warmup = warmup
         self.users = tuple(users)
-        for u in self.users:
+        self.accounting = bool(accounting)
+        self.operator = operator or ""
+        for u in (*self.users, *([self.operator] if self.operator else [])):
             if not _NAME.match(u):
                 raise ValueError(f"bad user name {u!r}")
         self.timeout = timeout
@@ -188,6 +198,8 @@ class Lab:
         env = self._script_env()
         env["ATTENTIVED_LAB_USERS"] = " ".join(self.users)
         env["ATTENTIVED_LAB_WARMUP"] = "1" if self.warmup else "0"
+        env["ATTENTIVED_LAB_ACCOUNTING"] = "1" if self.accounting else "0"
+        env["ATTENTIVED_LAB_OPERATOR"] = self.operator
         for key, value in (("SCHED_TYPE", self.sched_type), ("PRIO_TYPE", self.prio_type),
                            ("SCHED_PARAMS", self.sched_params), ("EXTRA_CONF", self.extra_conf)):
             if value is not None:

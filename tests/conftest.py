@@ -46,7 +46,7 @@ def slurm_lab():
     lab = Lab()
     with lab.exclusive():
         started = False
-        if lab.is_running() and lab.info().get("nodes") == str(lab.nodes):
+        if lab.is_running() and lab.info().get("nodes") == str(lab.nodes) and lab.info().get("accounting") == "1":
             lab.reset()
         else:
             if lab.is_running():

@@ -29,7 +29,8 @@ lab_running() {
 }
 
 # PIDs of every daemon of this lab, found through /proc (pid files may be gone or stale):
-# slurmctld/slurmd/slurmstepd/munged processes whose command line or environment names $RUN.
+# slurmctld/slurmd/slurmstepd/slurmdbd/mariadbd/munged processes whose command line or
+# environment names $RUN.
 lab_processes() {
     local f p exe
     {
@@ -38,7 +39,7 @@ lab_processes() {
     } 2>/dev/null | while read -r f; do
         p=${f#/proc/}; p=${p%%/*}
         exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
-        case "${exe##*/}" in slurmctld*|slurmd*|slurmstepd*|munged*) echo "$p";; esac
+        case "${exe##*/}" in slurmctld*|slurmd*|slurmstepd*|munged*|mariadbd*|mysqld*) echo "$p";; esac
     done | sort -un
 }
 

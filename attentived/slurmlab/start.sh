@@ -1,11 +1,13 @@
 #!/bin/bash
 # Start the attentived Slurm lab: munged + slurmctld + N slurmd ("node1".."nodeN", default 4),
 # each node with 8 fake H100 GPUs in two NVLink islands, nodes grouped under leaf switches
-# (sw1, sw2, ...) below one "spine". Everything runs as root on this host, without systemd or
-# cgroups, under the run directory, which is wiped first. Needs root and Slurm (install.sh).
+# (sw1, sw2, ...) below one "spine"; with accounting (the default) also MariaDB and slurmdbd,
+# a cluster, an account "lab" holding the users, and the daemon's service user as a Slurm
+# operator. Everything runs as root on this host, without systemd or cgroups, under the run
+# directory, which is wiped first, on its own ports. Needs root and Slurm (install.sh).
 #
 #   bash start.sh [--nodes N] [--nodes-per-switch K] [--run DIR] [--port-base P]
-#                 [--no-warmup] [--render-only]
+#                 [--no-accounting] [--no-warmup] [--render-only]
 #   then:  . DIR/env.sh      (exports SLURM_CONF; sinfo, squeue, sbatch... talk to the lab)
 #
 # Environment (flags win): ATTENTIVED_LAB_RUN (/tmp/attentived-lab), ATTENTIVED_LAB_NODES (4),
@@ -13,7 +15,10 @@
 # base+i), ATTENTIVED_LAB_SCHED_TYPE (sched/builtin), ATTENTIVED_LAB_PRIO_TYPE
 # (priority/multifactor), ATTENTIVED_LAB_SCHED_PARAMS (fast cadence), ATTENTIVED_LAB_EXTRA_CONF
 # (lines appended to slurm.conf; later keys win), ATTENTIVED_LAB_WARMUP (1),
-# ATTENTIVED_LAB_USERS ("alice bob carol"; empty: create none).
+# ATTENTIVED_LAB_USERS ("alice bob carol"; empty: create none), ATTENTIVED_LAB_ACCOUNTING (1;
+# 0: no slurmdbd, finished jobs only in the job-completion file), ATTENTIVED_LAB_OPERATOR
+# (attentived: the service user made AdminLevel=Operator; empty: none).
+# Ports: slurmctld P, node i P+i, slurmdbd P-1, MariaDB P-2 (127.0.0.1 only).
 # --render-only writes DIR/etc (config files) and exits: no root, no Slurm needed.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -26,9 +31,11 @@ PRIO_TYPE=${ATTENTIVED_LAB_PRIO_TYPE:-priority/multifactor}
 SCHED_PARAMS=${ATTENTIVED_LAB_SCHED_PARAMS:-sched_interval=1,sched_min_interval=0,batch_sched_delay=0,max_rpc_cnt=0}
 WARMUP=${ATTENTIVED_LAB_WARMUP:-1}
 USERS=${ATTENTIVED_LAB_USERS-alice bob carol}
+ACCOUNTING=${ATTENTIVED_LAB_ACCOUNTING:-1}
+OPERATOR=${ATTENTIVED_LAB_OPERATOR-attentived}
 RENDER_ONLY=0
 
-usage() { sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --nodes) NODES=${2:?}; shift;;
@@ -40,6 +47,8 @@ while [ $# -gt 0 ]; do
         --port-base) PORT=${2:?}; shift;;
         --port-base=*) PORT=${1#*=};;
         --no-warmup) WARMUP=0;;
+        --accounting) ACCOUNTING=1;;
+        --no-accounting) ACCOUNTING=0;;
         --render-only) RENDER_ONLY=1;;
         -h|--help) usage; exit 0;;
         *) usage >&2; lab_die "unknown argument '$1'";;
@@ -50,8 +59,13 @@ done
 lab_check_run
 [[ "$NODES" =~ ^[1-9][0-9]*$ ]] && [ "$NODES" -le 128 ] || lab_die "--nodes must be 1..128 (got '$NODES')"
 [[ "$PER_SWITCH" =~ ^[1-9][0-9]*$ ]] || lab_die "--nodes-per-switch must be a positive integer (got '$PER_SWITCH')"
-[[ "$PORT" =~ ^[1-9][0-9]*$ ]] && [ "$PORT" -ge 1024 ] && [ $((PORT + NODES)) -le 65535 ] ||
-    lab_die "--port-base must leave room for $NODES node ports in 1024..65535 (got '$PORT')"
+[[ "$PORT" =~ ^[1-9][0-9]*$ ]] && [ "$PORT" -ge 1026 ] && [ $((PORT + NODES)) -le 65535 ] ||
+    lab_die "--port-base must leave room for $NODES node ports and 2 below it in 1024..65535 (got '$PORT')"
+[[ "$ACCOUNTING" =~ ^[01]$ ]] || lab_die "ATTENTIVED_LAB_ACCOUNTING must be 0 or 1 (got '$ACCOUNTING')"
+for u in $USERS $OPERATOR; do
+    [[ "$u" =~ ^[a-z][a-z0-9_-]*$ ]] || lab_die "bad user name '$u'"
+done
+PORT_DBD=$((PORT - 1)); PORT_DB=$((PORT - 2))
 for v in "$SCHED_TYPE" "$PRIO_TYPE" "$SCHED_PARAMS"; do
     [[ "$v" =~ ^[A-Za-z0-9_/=,.:-]*$ ]] || lab_die "bad scheduler setting '$v'"
 done
@@ -59,8 +73,10 @@ t0=$(date +%s%N)
 
 if [ "$RENDER_ONLY" = 0 ]; then
     [ "$(id -u)" -eq 0 ] || lab_die "the lab runs its daemons as root (slurmd must switch to job users): run as root"
-    bash "$LAB_HERE/install.sh" --check >/dev/null 2>&1 ||
+    bash "$LAB_HERE/install.sh" --check --no-accounting >/dev/null 2>&1 ||
         lab_die "Slurm is not installed: run 'bash $LAB_HERE/install.sh' (as root) first"
+    [ "$ACCOUNTING" = 0 ] || bash "$LAB_HERE/install.sh" --check >/dev/null 2>&1 ||
+        lab_die "slurmdbd or MariaDB is not installed: run 'bash $LAB_HERE/install.sh' (as root) first, or start with --no-accounting"
     if lab_running; then
         lab_die "already running in $RUN (stop it first: bash $LAB_HERE/stop.sh --run $RUN)"
     fi
@@ -71,7 +87,7 @@ fi
 # leftovers of a crashed lab in this run dir (daemons without pid files) go first
 [ "$RENDER_ONLY" = 1 ] || [ ! -d "$RUN" ] || ATTENTIVED_LAB_RUN="$RUN" bash "$LAB_HERE/stop.sh" >/dev/null 2>&1 || true
 rm -rf "$RUN"
-mkdir -p "$RUN"/{bin,etc,munge,state,spool,log,pid,dev,jobs}
+mkdir -p "$RUN"/{bin,etc,munge,state,spool,log,pid,dev,jobs,mysql}
 touch "$RUN/$MARKER"
 # demo users must reach slurm.conf and the munge socket; their jobs write into jobs/
 chmod 755 "$RUN" "$RUN/etc" "$RUN/munge"
@@ -93,15 +109,34 @@ for ((first = 1; first <= NODES; first += PER_SWITCH)); do
     switch_lines+="SwitchName=sw$nsw Nodes=$nodes"$'\n'
 done
 switch_lines+="SwitchName=spine Switches=$(range sw 1 "$nsw")"$'\n'
+if [ "$ACCOUNTING" = 1 ]; then
+    # gres/gpu in AccountingStorageTRES: sacct's AllocTRES and fair-share usage count GPUs.
+    # AccountingStoragePass names the munge socket for connections to slurmdbd (AuthInfo does not)
+    acct_lines="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$PORT_DBD
+AccountingStoragePass=$RUN/munge/munge.sock
+AccountingStorageEnforce=associations
+AccountingStorageTRES=gres/gpu,gres/gpu:h100"
+else
+    acct_lines="AccountingStorageType=accounting_storage/none"
+fi
 
 render() {  # render TEMPLATE OUT
-    awk -v nl="${node_lines%$'\n'}" '$0 == "@NODE_LINES@" { print nl; next } { print }' "$1" |
+    awk -v nl="${node_lines%$'\n'}" -v al="$acct_lines" \
+        '$0 == "@NODE_LINES@" { print nl; next } $0 == "@ACCOUNTING_LINES@" { print al; next } { print }' "$1" |
         sed -e "s|@RUN@|$RUN|g" -e "s|@PORT_CTLD@|$PORT|g" -e "s|@NODE_RANGE@|$(range node 1 "$NODES")|g" \
             -e "s|@SCHED_PARAMS@|$SCHED_PARAMS|g" -e "s|@SCHED_TYPE@|$SCHED_TYPE|g" \
-            -e "s|@PRIO_TYPE@|$PRIO_TYPE|g" > "$2"
+            -e "s|@PRIO_TYPE@|$PRIO_TYPE|g" -e "s|@PORT_DBD@|$PORT_DBD|g" -e "s|@PORT_DB@|$PORT_DB|g" > "$2"
 }
 render "$LAB_HERE/slurm.conf.in" "$RUN/etc/slurm.conf"
 render "$LAB_HERE/gres.conf.in" "$RUN/etc/gres.conf"
+if [ "$ACCOUNTING" = 1 ]; then
+    # slurmdbd reads slurmdbd.conf beside slurm.conf and refuses it unless only SlurmUser reads it
+    render "$LAB_HERE/slurmdbd.conf.in" "$RUN/etc/slurmdbd.conf"
+    printf 'StoragePass=%s\n' "$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')" >> "$RUN/etc/slurmdbd.conf"
+    chmod 600 "$RUN/etc/slurmdbd.conf"
+fi
 printf '%s' "$switch_lines" > "$RUN/etc/topology.conf"
 cp "$LAB_HERE/cgroup.conf" "$RUN/etc/"
 if [ -n "${ATTENTIVED_LAB_EXTRA_CONF:-}" ]; then
@@ -118,6 +153,8 @@ nodes=$NODES
 nodes_per_switch=$PER_SWITCH
 port_base=$PORT
 users=$USERS
+accounting=$ACCOUNTING
+operator=$OPERATOR
 EOT
 # fake GPUs: File= entries must be devices, so symlinks to /dev/null
 for i in 0 1 2 3 4 5 6 7; do ln -s /dev/null "$RUN/dev/nvidia$i"; done
@@ -128,9 +165,10 @@ fi
 
 # a port already taken (another lab, a real Slurm) would only show up as a slurmctld/slurmd
 # that dies at once: check them all first (connecting to a free port is refused at once)
-for ((i = 0; i <= NODES; i++)); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$((PORT + i))") 2>/dev/null; then
-        lab_die "port $((PORT + i)) is in use (another lab?): choose another --port-base / ATTENTIVED_LAB_PORT_BASE"
+first_port=$PORT; [ "$ACCOUNTING" = 0 ] || first_port=$PORT_DB
+for ((p = first_port; p <= PORT + NODES; p++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        lab_die "port $p is in use (another lab?): choose another --port-base / ATTENTIVED_LAB_PORT_BASE"
     fi
 done
 
@@ -143,9 +181,9 @@ ln -s /usr/sbin/slurmctld-wlm "$RUN/bin/slurmctld"
 ln -s /usr/sbin/slurmd-wlm "$RUN/bin/slurmd"
 ln -s /usr/sbin/slurmstepd-wlm "$RUN/bin/slurmstepd"
 
-if [ -n "$USERS" ]; then
+if [ -n "$USERS$OPERATOR" ]; then
     # shellcheck disable=SC2086
-    bash "$LAB_HERE/users.sh" $USERS
+    bash "$LAB_HERE/users.sh" $USERS $OPERATOR
 fi
 
 # munge: private key, socket, pid and log (never touches /etc/munge or /run/munge)
@@ -156,6 +194,41 @@ munged --force --num-threads=10 --socket="$RUN/munge/munge.sock" \
     --log-file="$RUN/log/munged.log" --seed-file="$RUN/munge/munged.seed"
 for _ in $(seq 100); do [ -S "$RUN/munge/munge.sock" ] && break; sleep 0.05; done
 [ -S "$RUN/munge/munge.sock" ] || { tail -3 "$RUN/log/munged.log" >&2; false; }
+
+if [ "$ACCOUNTING" = 1 ]; then
+    # MariaDB: its own data dir, socket and port on 127.0.0.1; never /etc/mysql or /run/mysqld
+    db=$RUN/mysql
+    mariadb-install-db --no-defaults --datadir="$db/data" --user=root --skip-test-db \
+        --auth-root-authentication-method=socket > "$RUN/log/mariadb-install.log" 2>&1 ||
+        { tail -5 "$RUN/log/mariadb-install.log" >&2; false; }
+    mariadbd --no-defaults --datadir="$db/data" --socket="$db/mysqld.sock" --port="$PORT_DB" \
+        --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$RUN/pid/mariadbd.pid" \
+        --log-error="$RUN/log/mariadb.log" --user=root --innodb-buffer-pool-size=64M \
+        --innodb-log-file-size=16M --innodb-flush-log-at-trx-commit=2 > /dev/null 2>&1 &
+    sql() { mariadb --no-defaults --socket="$db/mysqld.sock" -u root "$@"; }
+    for _ in $(seq 300); do sql -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+    pass=$(sed -n 's/^StoragePass=//p' "$RUN/etc/slurmdbd.conf")
+    sql -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+            GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
+        { tail -5 "$RUN/log/mariadb.log" >&2; false; }
+
+    # slurmdbd daemonizes; it finds slurmdbd.conf beside $SLURM_CONF and creates its tables
+    slurmdbd
+    up=0
+    for i in $(seq 300); do
+        if sacctmgr -n -P show cluster format=Cluster >/dev/null 2>&1; then up=1; break; fi
+        if [ "$i" -gt 5 ] && ! lab_alive "$(lab_pid_of slurmdbd)"; then break; fi
+        sleep 0.1
+    done
+    [ "$up" = 1 ] || { tail -5 "$RUN/log/slurmdbd.log" >&2; false; }
+    # the cluster before slurmctld starts (it registers itself); root's association comes with it
+    sacctmgr -i -Q add cluster attentivedlab >/dev/null
+    sacctmgr -i -Q add account lab Cluster=attentivedlab Description=lab Organization=lab >/dev/null
+    # shellcheck disable=SC2086
+    [ -z "$USERS" ] || sacctmgr -i -Q add user $(echo $USERS | tr ' ' ,) Account=lab >/dev/null
+    # the daemon's service user, as docs/operations.md sets it up: an operator in root's account
+    [ -z "$OPERATOR" ] || sacctmgr -i -Q add user "$OPERATOR" Account=root AdminLevel=Operator >/dev/null
+fi
 
 # slurmctld daemonizes; -c: ignore any saved state
 "$RUN/bin/slurmctld" -c -f "$SLURM_CONF"

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Stop the attentived Slurm lab: cancel its jobs, end its daemons (pid files first, then any
-# slurmctld/slurmd/slurmstepd/munged process that still names the run dir), keep its files.
+# lab daemon (slurmctld, slurmd, slurmstepd, slurmdbd, MariaDB, munged) that still names the
+# run dir), keep its files.
 #   bash stop.sh [--run DIR]        (default $ATTENTIVED_LAB_RUN or /tmp/attentived-lab)
 # Exit 0 when nothing of the lab is left running.
 set -uo pipefail
@@ -33,16 +34,19 @@ term_all() {  # SIGTERM the given pids, wait up to 10 s, then SIGKILL what is le
     sleep 0.2
 }
 
-# every Slurm daemon of the lab at once, munged last (the others need it to shut down). Found
+# every Slurm daemon of the lab at once, then slurmdbd (slurmctld hands it what it still
+# holds), MariaDB, and munged last (the others need it to shut down). Found
 # through /proc, not pid files: that also catches slurmstepds and daemons of a crashed lab, and
 # never a process that merely reused an old pid.
 declare -A seen=()
-slurm=(); munge=()
+slurm=(); dbd=(); db=(); munge=()
 for p in $(lab_processes); do
     [ -n "${seen[$p]:-}" ] && continue; seen[$p]=1
     exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
     case "${exe##*/}" in
         munged*) munge+=("$p");;
+        slurmdbd*) dbd+=("$p");;
+        mariadbd*|mysqld*) db+=("$p");;
         slurmctld*|slurmd*|slurmstepd*) slurm+=("$p");;
     esac
 done
@@ -50,6 +54,8 @@ done
 # job processes whose slurmstepd is gone (a lab that was killed rather than stopped)
 mapfile -t orphans < <(lab_job_processes)
 [ ${#orphans[@]} -eq 0 ] || term_all "${orphans[@]}"
+[ ${#dbd[@]} -eq 0 ] || term_all "${dbd[@]}"
+[ ${#db[@]} -eq 0 ] || term_all "${db[@]}"
 [ ${#munge[@]} -eq 0 ] || term_all "${munge[@]}"
 rm -f "$RUN"/pid/*.pid 2>/dev/null
 
