@@ -618,6 +618,9 @@ def trace_export(
     until: str | None = typer.Option(None, "--until", help="... and before this time (default now)."),
     hash_users: bool = typer.Option(False, "--hash-users", help="Replace user names by salted hashes."),
     salt: str | None = typer.Option(None, "--salt", help="Salt for --hash-users (or $ATTENTIVED_TRACE_SALT); default random."),
+    source: str = typer.Option("auto", "--from", help="Where finished jobs come from: sacct (slurmdbd), jobcomp (the "
+                                                      "job-completion file), squeue (what slurmctld still remembers), "
+                                                      "or auto: the first of these that Slurm is configured with."),
     as_json: bool = typer.Option(False, "--json", help="Print the export summary as JSON on stdout."),
 ) -> None:
     """Export finished GPU jobs (sacct, else the job-completion file + squeue) as a trace that
@@ -630,7 +633,7 @@ def trace_export(
     cfg = _ops_config(config, as_json)
     t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
     try:
-        doc = export_trace(cfg, output, since=t0, until=t1, hash_users=hash_users, salt=salt)
+        doc = export_trace(cfg, output, since=t0, until=t1, hash_users=hash_users, salt=salt, source=source)
     except ins.InspectError as e:
         raise _ops_error(e, as_json) from None
     typer.echo(render_ops.to_json(doc)) if as_json else render_ops.export_summary(doc)

@@ -74,6 +74,13 @@ def status(doc: Mapping[str, Any], console: Console | None = None) -> None:
         reach = f"[green]reachable[/] (Slurm {slurm.get('version')}; {slurm.get('controller') or ''})"
     else:
         reach = f"[red]unreachable[/]: {slurm.get('error')}"
+    acct = doc.get("accounting")
+    if not acct:
+        accounting = "- (no slurmdbd, or not checked)"
+    elif acct.get("reachable"):
+        accounting = f"[green]answering[/] ({acct.get('storage')}, checked {_when(acct.get('checked'))})"
+    else:
+        accounting = f"[red]not answering[/] since {_when(acct.get('down_since'))}: {acct.get('error')}"
     policy = doc["policy"] + (f" [red](fallback: {doc['policy_fallback']})[/]" if doc.get("policy_fallback") else "")
     rows = [
         ("daemon", alive),
@@ -91,6 +98,7 @@ def status(doc: Mapping[str, Any], console: Console | None = None) -> None:
         ("errors", f"{doc.get('errors_total', 0)} since start" + (f"; last 24 h: {len(doc['recent_errors'])} failed cycle(s)"
                                                                   if doc.get("recent_errors") else "")),
         ("Slurm", reach),
+        ("accounting", accounting),
         ("state dir", d["state_dir"] + ("" if d["state_dir_exists"] else " [red](missing)[/]")),
         ("config", doc["config"]),
     ]

@@ -72,6 +72,7 @@ KEYS: tuple[Key, ...] = (
     Key("stall_avoid", "float", 300.0, "Seconds a job is kept off the nodes where its planned start did not happen by the next cycle (Slurm refused them for a reason the plan did not see).", minimum=0, maximum=86400),
     Key("idle_warn_after", "float", 300.0, "Seconds jobs may wait while GPUs they fit on sit idle before `status` warns (gauge `attentived_idle_with_queue_seconds`).", minimum=0, maximum=86400),
     Key("stability_margin", "float", 60.0, "Seconds a new hold must start earlier than the current one before it moves; a start is not moved off nodes that still take it. Keeps plans from flip-flopping.", minimum=0, maximum=86400),
+    Key("accounting_check_interval", "float", 60.0, "Seconds between checks that slurmdbd and its database answer (`sacctmgr show cluster`), when Slurm keeps accounting in slurmdbd; an outage is named in `status` (gauge `attentived_accounting_up`) while scheduling goes on. 0 turns the check off.", minimum=0, maximum=86400),
     Key("backoff_max", "float", 300.0, "Upper bound in seconds of the back-off after consecutive failed cycles.", minimum=1, maximum=86400),
 )
 _BY_NAME = {k.name: k for k in KEYS}
@@ -113,6 +114,7 @@ class Config:
     stall_avoid: float = 300.0
     idle_warn_after: float = 300.0
     stability_margin: float = 60.0
+    accounting_check_interval: float = 60.0
     backoff_max: float = 300.0
     source: str = field(default="(defaults)", compare=False)
 

@@ -28,6 +28,7 @@ from attentived.agents.policy import Policy
 from attentived.topology import Topology, TopologyParseError
 
 from . import log as dlog
+from .accounting import AccountingWatch
 from .apply import Action, Desired, Outcome, Settings, desired_state, execute, plan_actions
 from .backend import Backend
 from .chain import chain_holds
@@ -153,6 +154,7 @@ class CycleRunner:
         self.shadow = False
         self._observer: Any = None
         self.policy_slot = PolicySlot(config, self.metrics, self.log, fixed=policy)
+        self.accounting = AccountingWatch(config.accounting_check_interval, self.log)
 
     # ---- configuration ------------------------------------------------------------------
     @property
@@ -202,6 +204,7 @@ class CycleRunner:
         except SlurmError as e:
             self.log.warning("slurm.config_unreadable", error=str(e))
         if conf:
+            self.accounting.configure(conf.get("AccountingStorageType", ""), self.config.accounting_check_interval)
             self.slurm_findings = check_slurm_config(conf, priority_floor=self.config.priority_floor)
             for f in self.slurm_findings:
                 getattr(self.log, "warning" if f.level != "info" else "info")(
@@ -431,11 +434,21 @@ class CycleRunner:
             m.errors.inc(kind="journal")
             self.log.error("journal.error", error=f"{type(e).__name__}: {e}")
         self.last = res
+        self._check_accounting()
         self.write_status()
         level = "info" if res.ok or res.skipped else "warning"
         getattr(self.log, level)("cycle.done", ok=res.ok, seconds=round(res.duration, 4), actions=len(res.outcomes),
                       failed=res.failed, dry_run=res.dry_run, error=res.error or None,
                       timings={k: round(v, 4) for k, v in res.timings.items()})
+
+    def _check_accounting(self) -> None:
+        """slurmdbd's health, when due (``daemon/accounting.py``): named, never fatal."""
+        self.accounting.check(getattr(self.backend, "run", None))
+        health = self.accounting.health
+        if health is None:
+            self.metrics.accounting_up.clear()
+        else:
+            self.metrics.accounting_up.set(1 if health.reachable else 0)
 
     # ---- status -------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -443,7 +456,7 @@ class CycleRunner:
         return status_doc(config=self.config, mode=self.mode, policy_name=self.policy_name,
                           policy_fallback=self.policy_fallback, partitions=self.partitions,
                           slurm_findings=self.slurm_findings, errors_total=self.errors_total,
-                          started_at=self.started_at, last=self.last)
+                          started_at=self.started_at, last=self.last, accounting=self.accounting)
 
     def write_status(self) -> None:
         """``<state_dir>/status.json``, replaced atomically."""

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .accounting import AccountingWatch
 from .config import Config
 from .journal import private_dir
 
@@ -23,8 +24,12 @@ FILE = "status.json"
 
 
 def status_doc(*, config: Config, mode: str, policy_name: str, policy_fallback: str, partitions: Sequence[str],
-               slurm_findings: Sequence[Any], errors_total: int, started_at: float, last: Any) -> dict[str, Any]:
-    """The status document; ``last``: the last ``CycleResult`` or None."""
+               slurm_findings: Sequence[Any], errors_total: int, started_at: float, last: Any,
+               accounting: AccountingWatch | None = None) -> dict[str, Any]:
+    """The status document; ``last``: the last ``CycleResult`` or None; ``accounting``: the
+    watch on slurmdbd (``accounting`` is null when Slurm keeps no accounting database)."""
+    health = accounting.health if accounting is not None else None
+    acct_warning = accounting.warning() if accounting is not None else ""
     return {
         "pid": os.getpid(),
         "started_at": started_at,
@@ -38,9 +43,10 @@ def status_doc(*, config: Config, mode: str, policy_name: str, policy_fallback: 
         "config": config.source,
         "hold_mode": config.hold_mode,
         "slurm_reachable": bool(last and last.snapshot_ok),
+        "accounting": None if health is None else health.as_dict(),
         "slurm_findings": [f.__dict__ for f in slurm_findings],
         "errors_total": errors_total,
-        "warnings": warnings(config, mode, last),
+        "warnings": warnings(config, mode, last) + ([acct_warning] if acct_warning else []),
         "last_cycle": None if last is None else {
             "id": last.cycle_id, "started": last.started, "duration": last.duration, "ok": last.ok,
             "skipped": last.skipped, "dry_run": last.dry_run, "error": last.error or None,

@@ -1,6 +1,6 @@
 """``attentived trace export``: the site's finished GPU jobs as a trace the simulator replays.
 
-Where the jobs come from, first that exists:
+Where the jobs come from (``--from``; ``auto``, the default, takes the first that exists):
 
 1. **accounting** (``AccountingStorageType`` is not ``accounting_storage/none``):
    ``sacct -a -X -P -o JobIDRaw,User,...,AllocTRES`` over the window; GPUs from
@@ -254,38 +254,77 @@ def _model(f: Finished, known: dict[str, str], squeue_job: SlurmJob | None) -> s
 # ---- the export -------------------------------------------------------------------------------------
 
 
-def _sources(cfg: cfgmod.Config, backend: Backend, conf: dict[str, str], since: float | None,
-             until: float) -> tuple[str, list[Finished], list[str]]:
-    notes: list[str] = []
+#: sacct's short names of the states a job ends in (a trace holds finished jobs only).
+ENDED_STATES = "BF,CA,CD,DL,F,NF,OOM,PR,TO"
+#: ``--from``: where the finished jobs come from; ``auto`` takes the first that exists.
+SOURCES = ("auto", "sacct", "jobcomp", "squeue")
+
+
+def _from_sacct(backend: Backend, since: float | None, until: float) -> list[Finished]:
     run = getattr(backend, "run", None)
+    if run is None:
+        raise InspectError("sacct: this backend runs no Slurm commands", 2)
+    # from the epoch's first second: sacct takes the epoch itself (0) for "not given", and then,
+    # with -s, finds nothing
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since if since is not None else 1))
+    end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until))
+    # -s: jobs that ended in the window. Without it slurmdbd selects by eligibility and, on the
+    # lab (22.05), missed jobs that had ended a second or two before the query
+    proc = run(["sacct", "-a", "-X", "-P", "-o", ",".join(SACCT_FIELDS), "-s", ENDED_STATES, "-S", start, "-E", end],
+               timeout=600, check=False)
+    records = list(parse_sacct(proc.stdout, source="sacct")) if proc.returncode == 0 else []
+    # a down slurmdbd makes sacct exit 1, but a down database behind a live slurmdbd exits 0
+    # with an empty answer: both only say so on stderr
+    errors = [ln.strip() for ln in (proc.stderr or "").splitlines() if "error" in ln.lower()] or [
+        f"sacct exit {proc.returncode}"]
+    if proc.returncode != 0 or (not records and proc.stderr.strip()):
+        raise InspectError(f"sacct could not read the accounting database: {errors[-1]} (slurmdbd or its database "
+                           "is down?); `--from jobcomp` exports from the job-completion file instead")
+    return records
+
+
+def _from_jobcomp(backend: Backend, conf: dict[str, str], notes: list[str]) -> tuple[str, list[Finished]]:
+    if conf.get("JobCompType") != "jobcomp/filetxt" or not conf.get("JobCompLoc"):
+        raise InspectError(f"no job-completion file: JobCompType={conf.get('JobCompType') or '(none)'} "
+                           "(needs jobcomp/filetxt and JobCompLoc)", 2)
+    path = Path(conf["JobCompLoc"])
+    run = getattr(backend, "run", None)
+    try:
+        with path.open(errors="replace") as fh:
+            return f"jobcomp file {path}", list(parse_jobcomp(fh, source="jobcomp"))
+    except OSError as e:
+        if run is None:
+            raise InspectError(f"{path}: cannot read the job-completion file: {e}") from None
+        notes.append(f"{path}: {e.strerror}; read through `sacct -c` instead, which reports no submit times "
+                     "(waits are taken from squeue where it still knows the job, else zero)")
+        proc = run(["sacct", "-c", "-P", "-o", ",".join(SACCT_C_FIELDS)], timeout=600)
+        return "sacct -c", list(parse_sacct(proc.stdout, source="sacct -c"))
+
+
+def _sources(backend: Backend, conf: dict[str, str], since: float | None, until: float,
+             source: str) -> tuple[str, list[Finished], list[str]]:
+    notes: list[str] = []
     acct = conf.get("AccountingStorageType", "")
-    if acct and acct != "accounting_storage/none" and run is not None:
-        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since if since is not None else 0))
-        end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until))
-        proc = run(["sacct", "-a", "-X", "-P", "-o", ",".join(SACCT_FIELDS), "-S", start, "-E", end], timeout=600)
-        return "sacct", list(parse_sacct(proc.stdout, source="sacct")), notes
-    if conf.get("JobCompType") == "jobcomp/filetxt" and conf.get("JobCompLoc"):
-        path = Path(conf["JobCompLoc"])
-        try:
-            with path.open(errors="replace") as fh:
-                return f"jobcomp file {path}", list(parse_jobcomp(fh, source="jobcomp")), notes
-        except OSError as e:
-            if run is None:
-                raise InspectError(f"{path}: cannot read the job-completion file: {e}") from None
-            notes.append(f"{path}: {e.strerror}; read through `sacct -c` instead, which reports no submit times "
-                         "(waits are taken from squeue where it still knows the job, else zero)")
-            proc = run(["sacct", "-c", "-P", "-o", ",".join(SACCT_C_FIELDS)], timeout=600)
-            return "sacct -c", list(parse_sacct(proc.stdout, source="sacct -c")), notes
-    notes.append("no accounting storage and no jobcomp/filetxt: only the finished jobs slurmctld still remembers "
-                 f"(MinJobAge={conf.get('MinJobAge', '?')} s) are exported")
+    has_acct = bool(acct) and acct != "accounting_storage/none" and getattr(backend, "run", None) is not None
+    if source == "sacct" or (source == "auto" and has_acct):
+        return "sacct", _from_sacct(backend, since, until), notes
+    if source == "jobcomp" or (source == "auto" and conf.get("JobCompType") == "jobcomp/filetxt" and conf.get("JobCompLoc")):
+        name, records = _from_jobcomp(backend, conf, notes)
+        return name, records, notes
+    why = "no accounting storage and no jobcomp/filetxt: " if source == "auto" else ""
+    notes.append(f"{why}only the finished jobs slurmctld still remembers (MinJobAge={conf.get('MinJobAge', '?')} s) "
+                 "are exported")
     return "squeue", [], notes
 
 
 def export_trace(cfg: cfgmod.Config, out: str | os.PathLike[str], *, since: float | None = None,
                  until: float | None = None, hash_users: bool = False, salt: str | None = None,
-                 backend: Backend | None = None) -> dict[str, Any]:
+                 source: str = "auto", backend: Backend | None = None) -> dict[str, Any]:
     """Write the trace; returns a summary (source, jobs written, what was skipped and why).
-    ``InspectError`` when Slurm cannot be read or no job qualifies (then nothing is written)."""
+    ``source``: one of ``SOURCES``. ``InspectError`` when Slurm cannot be read or no job
+    qualifies (then nothing is written)."""
+    if source not in SOURCES:
+        raise InspectError(f"--from {source!r}: expected one of {', '.join(SOURCES)}", 2)
     until = time.time() if until is None else until
     if since is not None and since >= until:
         raise InspectError(f"--since ({since:.0f}) must be before --until ({until:.0f})", 2)
@@ -298,7 +337,7 @@ def export_trace(cfg: cfgmod.Config, out: str | os.PathLike[str], *, since: floa
             conf = backend.config()
         except SlurmError:
             conf = {}
-        source, records, notes = _sources(cfg, backend, conf, since, until)
+        source, records, notes = _sources(backend, conf, since, until, source)
         snap = backend.snapshot()
     except SlurmError as e:
         raise InspectError(f"Slurm is not reachable: {e}") from None

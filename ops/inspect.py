@@ -264,6 +264,7 @@ def status(cfg: cfgmod.Config, *, backend: Backend | None = None, probe: bool = 
         "errors_total": doc.get("errors_total", 0),
         "recent_errors": errors,
         "slurm": slurm,
+        "accounting": doc.get("accounting"),
         "slurm_findings": doc.get("slurm_findings", []),
         "warnings": doc.get("warnings", []),
         "journal": counts,

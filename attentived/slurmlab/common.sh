@@ -66,3 +66,31 @@ lab_run_option() {  # USAGE ARGS...
     lab_check_run
     export SLURM_CONF="$RUN/etc/slurm.conf"
 }
+
+# MariaDB and slurmdbd of a lab with accounting: start.sh starts them, reset.sh brings back one
+# that a test stopped. MariaDB gets its own data dir, socket and port on 127.0.0.1 (never
+# /etc/mysql or /run/mysqld); it returns once the server answers.
+lab_sql() { mariadb --no-defaults --socket="$RUN/mysql/mysqld.sock" -u root "$@"; }
+lab_start_mariadb() {  # PORT
+    mariadbd --no-defaults --datadir="$RUN/mysql/data" --socket="$RUN/mysql/mysqld.sock" --port="$1" \
+        --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$RUN/pid/mariadbd.pid" \
+        --log-error="$RUN/log/mariadb.log" --user=root --innodb-buffer-pool-size=64M \
+        --innodb-log-file-size=16M --innodb-flush-log-at-trx-commit=2 > /dev/null 2>&1 &
+    local _
+    for _ in $(seq 300); do lab_sql -e 'SELECT 1' >/dev/null 2>&1 && return 0; sleep 0.1; done
+    tail -5 "$RUN/log/mariadb.log" >&2
+    return 1
+}
+# slurmdbd daemonizes, finds slurmdbd.conf beside $SLURM_CONF and creates its tables on the
+# first start; it returns once sacctmgr gets an answer through it.
+lab_start_slurmdbd() {
+    slurmdbd
+    local i
+    for i in $(seq 300); do
+        sacctmgr -n -P show cluster format=Cluster >/dev/null 2>&1 && return 0
+        if [ "$i" -gt 20 ] && ! lab_alive "$(lab_pid_of slurmdbd)"; then break; fi
+        sleep 0.1
+    done
+    tail -5 "$RUN/log/slurmdbd.log" >&2
+    return 1
+}

@@ -1,14 +1,22 @@
 #!/bin/bash
 # Return a running lab to a clean state between tests (much cheaper than stop + start):
-# cancel every job, delete every reservation, restart dead slurmds, put partitions UP and every
-# node back in service, and wait until all nodes are idle. Finished jobs stay visible in
-# `squeue -t all` / `squeue --json`; job ids keep counting.
+# cancel every job, delete every reservation, restart a stopped MariaDB or slurmdbd and dead
+# slurmds, put partitions UP and every node back in service, and wait until all nodes are idle.
+# Finished jobs stay visible in `squeue -t all` / `squeue --json`; job ids keep counting.
 #   bash reset.sh [--run DIR]       exit 0 when the lab is clean
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 lab_run_option "reset.sh [--run DIR]" "$@"
 lab_running || lab_die "not running in $RUN"
 NODES=$(sed -n 's/^nodes=//p' "$RUN/lab.info")
+PORT=$(sed -n 's/^port_base=//p' "$RUN/lab.info")
+
+# a test may have stopped accounting to fake an outage: bring it back first, so that slurmctld
+# hands it what it queued meanwhile
+if [ "$(sed -n 's/^accounting=//p' "$RUN/lab.info")" = 1 ]; then
+    lab_alive "$(lab_pid_of mariadbd)" || lab_start_mariadb $((PORT - 2)) || lab_die "MariaDB did not come back"
+    lab_alive "$(lab_pid_of slurmdbd)" || lab_start_slurmdbd || lab_die "slurmdbd did not come back"
+fi
 active() { squeue -h -t PD,R,S,CG,CF -o %i 2>/dev/null; }
 
 jobs=$(active | tr '\n' ' ')

@@ -196,31 +196,15 @@ for _ in $(seq 100); do [ -S "$RUN/munge/munge.sock" ] && break; sleep 0.05; don
 [ -S "$RUN/munge/munge.sock" ] || { tail -3 "$RUN/log/munged.log" >&2; false; }
 
 if [ "$ACCOUNTING" = 1 ]; then
-    # MariaDB: its own data dir, socket and port on 127.0.0.1; never /etc/mysql or /run/mysqld
-    db=$RUN/mysql
-    mariadb-install-db --no-defaults --datadir="$db/data" --user=root --skip-test-db \
+    mariadb-install-db --no-defaults --datadir="$RUN/mysql/data" --user=root --skip-test-db \
         --auth-root-authentication-method=socket > "$RUN/log/mariadb-install.log" 2>&1 ||
         { tail -5 "$RUN/log/mariadb-install.log" >&2; false; }
-    mariadbd --no-defaults --datadir="$db/data" --socket="$db/mysqld.sock" --port="$PORT_DB" \
-        --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$RUN/pid/mariadbd.pid" \
-        --log-error="$RUN/log/mariadb.log" --user=root --innodb-buffer-pool-size=64M \
-        --innodb-log-file-size=16M --innodb-flush-log-at-trx-commit=2 > /dev/null 2>&1 &
-    sql() { mariadb --no-defaults --socket="$db/mysqld.sock" -u root "$@"; }
-    for _ in $(seq 300); do sql -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+    lab_start_mariadb "$PORT_DB"
     pass=$(sed -n 's/^StoragePass=//p' "$RUN/etc/slurmdbd.conf")
-    sql -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
-            GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
+    lab_sql -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+                GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
         { tail -5 "$RUN/log/mariadb.log" >&2; false; }
-
-    # slurmdbd daemonizes; it finds slurmdbd.conf beside $SLURM_CONF and creates its tables
-    slurmdbd
-    up=0
-    for i in $(seq 300); do
-        if sacctmgr -n -P show cluster format=Cluster >/dev/null 2>&1; then up=1; break; fi
-        if [ "$i" -gt 5 ] && ! lab_alive "$(lab_pid_of slurmdbd)"; then break; fi
-        sleep 0.1
-    done
-    [ "$up" = 1 ] || { tail -5 "$RUN/log/slurmdbd.log" >&2; false; }
+    lab_start_slurmdbd
     # the cluster before slurmctld starts (it registers itself); root's association comes with it
     sacctmgr -i -Q add cluster attentivedlab >/dev/null
     sacctmgr -i -Q add account lab Cluster=attentivedlab Description=lab Organization=lab >/dev/null

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -81,6 +82,37 @@ def gres_indices(lab, job_id: str) -> dict[str, list[int]]:
         for node in hostlist.expand(nodes):
             out[node] = idx
     return out
+
+
+SITE = ROOT / ".venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def skip_unless_start_as() -> None:
+    if not Path("/usr/bin/python3").exists() or not SITE.is_dir():
+        pytest.skip("needs /usr/bin/python3 and the venv's site-packages")
+
+
+def config_for_user(lab, user: str) -> Path:
+    """A daemon config for the lab that ``user`` can read, with a state dir it can write."""
+    work = Path(tempfile.mkdtemp(prefix=f"attentived-{user}-"))
+    os.chmod(work, 0o777)
+    conf = work / "c.toml"
+    conf.write_text(f'partitions = ["main"]\nstate_dir = "{work / "state"}"\nslurm_conf = "{lab.slurm_conf}"\n'
+                    "metrics_port = 0\n")
+    conf.chmod(0o644)
+    return conf
+
+
+def start_as(user: str, conf: Path, *args: str) -> subprocess.CompletedProcess:
+    """``attentived start`` as a non-root lab user. The venv's interpreter may live under
+    /root (not readable by that user), so the system python3 loads the venv's site dir."""
+    code = ("import site,sys,runpy; site.addsitedir(sys.argv[1]); sys.argv=['attentived']+sys.argv[2:]; "
+            "runpy.run_module('attentived', run_name='__main__')")
+    proc = subprocess.run(["runuser", "-u", user, "--", "/usr/bin/python3", "-c", code, str(SITE), "start",
+                           "--config", str(conf), *args], capture_output=True, text=True, timeout=120, cwd="/tmp")
+    if proc.returncode != 0 and "No module named" in proc.stderr:
+        pytest.skip(f"system python3 cannot load the venv: {proc.stderr[-300:]}")
+    return proc
 
 
 def wait_until(pred, timeout=15.0, poll=0.1, what="condition"):

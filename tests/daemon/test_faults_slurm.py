@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,9 +26,12 @@ from attentived.daemon.cycle import CycleRunner
 from .test_daemon_slurm import (
     busy_cluster,
     config_for,
+    config_for_user,
     jobs_now,
     ours,
     runner_for,
+    skip_unless_start_as,
+    start_as,
     wait_until,
 )
 
@@ -170,42 +172,24 @@ def test_job_cancelled_between_snapshot_and_apply(clean_lab, tmp_path):
     eng.journal.close()
 
 
-SITE = ROOT / ".venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-
-
-def _as_alice(lab, conf: Path, *args: str) -> subprocess.CompletedProcess:
-    """``attentived start`` as the unprivileged lab user alice. The venv's interpreter may
-    live under /root (not readable by alice), so the system python3 loads the venv's site dir."""
-    code = ("import site,sys,runpy; site.addsitedir(sys.argv[1]); sys.argv=['attentived']+sys.argv[2:]; "
-            "runpy.run_module('attentived', run_name='__main__')")
-    return subprocess.run(["runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", code, str(SITE), "start",
-                           "--config", str(conf), *args], capture_output=True, text=True, timeout=120, cwd="/tmp")
-
-
 def test_non_root_without_operator_rights_is_refused_at_start(clean_lab, tmp_path):
     lab = clean_lab
-    if not Path("/usr/bin/python3").exists() or not SITE.is_dir():
-        pytest.skip("needs /usr/bin/python3 and the venv's site-packages")
+    skip_unless_start_as()
     busy_cluster(lab)
     bob = lab.submit("bob", 2, script="sleep 60")
     # what Slurm itself says to alice: the permission the probe names
     direct = lab.run(["scontrol", "update", f"JobId={bob}", "Priority=5"], user="alice", check=False)
     assert direct.returncode != 0 and ("Invalid user id" in direct.stderr
                                        or "Access/permission denied" in direct.stderr), direct.stderr
-    work = Path(tempfile.mkdtemp(prefix="attentived-alice-"))
-    os.chmod(work, 0o777)
-    conf = work / "c.toml"
-    conf.write_text(f'partitions = ["main"]\nstate_dir = "{work / "state"}"\nslurm_conf = "{lab.slurm_conf}"\n'
-                    "metrics_port = 0\n")
-    conf.chmod(0o644)
-    probe = _as_alice(lab, conf, "--once", "--dry-run")
-    if probe.returncode != 0 and "No module named" in probe.stderr:
-        pytest.skip(f"system python3 cannot load the venv: {probe.stderr[-300:]}")
+    conf = config_for_user(lab, "alice")
+    probe = start_as("alice", conf, "--once", "--dry-run")
     assert probe.returncode == 0, probe.stderr[-2000:]  # dry-run needs no rights
-    live = _as_alice(lab, conf, "--once")
+    live = start_as("alice", conf, "--once")
     assert live.returncode == 1, live.stderr[-2000:]
     assert "operator rights" in live.stderr and "Invalid user id" in live.stderr
     assert "alice" in live.stderr and "SlurmUser" in live.stderr
+    # the lab keeps accounting: alice is known there with no admin level, and the fix is named
+    assert "AdminLevel=None" in live.stderr and "sacctmgr modify user alice set AdminLevel=Operator" in live.stderr
     assert "startup.permission_denied" in live.stderr
     assert jobs_now(lab)[str(bob)]["Priority"] != "5"
     assert ours(lab) == {}

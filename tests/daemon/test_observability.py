@@ -57,6 +57,9 @@ def test_metrics_text_and_server():
     assert 'attentived_actions_total{kind="priority",result="ok"} 1' in text
     assert "attentived_queue_length 12" in text and 'attentived_cycle_duration_seconds_bucket{le="0.5"} 1' in text
     assert 'policy="we\\"ird"' in text and "# TYPE attentived_cycle_duration_seconds histogram" in text
+    # every metric is served, the stall and idle ones included (a hand-kept list once left them out)
+    for name in ("stalled_starts_total", "idle_with_queue_seconds", "accounting_up", "placements_total"):
+        assert f"# TYPE attentived_{name} " in text, name
     with pytest.raises(ValueError):
         m.actions.inc(kind="x")
     srv = MetricsServer(m, "127.0.0.1", 0).start()

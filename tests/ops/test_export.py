@@ -228,8 +228,15 @@ def test_exported_trace_replays_from_the_cli(tmp_path):
     assert doc["policies"]["fifo"]["jobs"] == 3
 
 
+def _export(conf, out, since, *extra):
+    return subprocess.run([sys.executable, "-m", "attentived", "trace", "export", "-c", str(conf), "-o", str(out),
+                           "--since", f"{since:.0f}", *extra], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
 @pytest.mark.slurm
 def test_export_on_the_lab_then_replay(clean_lab, tmp_path):
+    """The lab keeps accounting as sites do: the export reads sacct; the job-completion file
+    (``--from jobcomp``) gives the same jobs."""
     lab = clean_lab
     since = time.time() - 2
     conf = tmp_path / "cfg.toml"
@@ -241,23 +248,28 @@ def test_export_on_the_lab_then_replay(clean_lab, tmp_path):
     lab.run(["scancel", never])
     for j in jobs:
         lab.wait_for_state(int(j), "COMPLETED", timeout=60)
-    out = tmp_path / "trace.csv"
-    p = subprocess.run([sys.executable, "-m", "attentived", "trace", "export", "-c", str(conf), "-o", str(out),
-                        "--since", f"{since:.0f}", "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert p.returncode == 0, p.stderr
-    doc = json.loads(p.stdout)
-    assert doc["source"].startswith("jobcomp file") and doc["jobs"] == len(jobs)
-    rows = {r["job_id"]: r for r in read_csv(out)}
-    assert set(rows) == set(jobs) and never not in rows
-    for j, (user, gpus) in jobs.items():
-        r = rows[j]
-        assert (r["user"], int(r["num_gpus"]), r["state"]) == (user, gpus, "COMPLETED")
-        assert float(r["submit_time"]) <= float(r["start_time"]) <= float(r["end_time"]) and float(r["duration"]) >= 1
-    p = subprocess.run([sys.executable, "-m", "attentived", "replay", str(out), "--policy", "fifo",
+    # slurmctld hands finished jobs to slurmdbd, and a time window (-S/-E) finds them, a moment later
+    window = ["-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)), "-E", "now"]
+    deadline = time.monotonic() + 30
+    while not set(jobs) <= {ln.split("|")[0] for ln in lab.run(
+            ["sacct", "-a", "-X", "-n", "-P", "-o", "JobIDRaw,State", "-s", "CD", *window]).stdout.splitlines()}:
+        assert time.monotonic() < deadline, "the jobs never reached sacct"
+        time.sleep(0.2)
+    for source, extra in (("sacct", ()), ("jobcomp file", ("--from", "jobcomp"))):
+        out = tmp_path / f"{source.split()[0]}.csv"
+        p = _export(conf, out, since, "--json", *extra)
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["source"].startswith(source) and doc["jobs"] == len(jobs), doc
+        rows = {r["job_id"]: r for r in read_csv(out)}
+        assert set(rows) == set(jobs) and never not in rows
+        for j, (user, gpus) in jobs.items():
+            r = rows[j]
+            assert (r["user"], int(r["num_gpus"]), r["state"]) == (user, gpus, "COMPLETED")
+            assert float(r["submit_time"]) <= float(r["start_time"]) <= float(r["end_time"]) and float(r["duration"]) >= 1
+    p = subprocess.run([sys.executable, "-m", "attentived", "replay", str(tmp_path / "sacct.csv"), "--policy", "fifo",
                         "--policy", "fifo+consolidate"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0 and "fifo+consolidate" in p.stdout, p.stderr
     hashed = tmp_path / "hashed.csv"
-    p = subprocess.run([sys.executable, "-m", "attentived", "trace", "export", "-c", str(conf), "-o", str(hashed),
-                        "--since", f"{since:.0f}", "--hash-users", "--salt", "x"], capture_output=True, text=True,
-                       timeout=120, cwd=ROOT)
+    p = _export(conf, hashed, since, "--hash-users", "--salt", "x")
     assert p.returncode == 0 and "alice" not in hashed.read_text() and "wrote" in p.stderr
