@@ -41,7 +41,7 @@ ORDERS: dict[str, Callable[..., JobChooser]] = {
     "sjf": lambda seed: ShortestJobFirst(),
     "fair-share": lambda seed: FairShare(),
     "tiresias": lambda seed: Tiresias(),
-    "slurm-multifactor": lambda seed: SlurmMultifactor(),
+    "slurm-multifactor": lambda seed, **site: SlurmMultifactor(**site),
     "sjf-oracle": lambda seed: OracleShortestJobFirst(),
     **{name: factory for name, (factory, _) in SEARCH_ORDERS.items()},
 }

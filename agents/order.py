@@ -118,22 +118,66 @@ class Tiresias:
 
 @dataclass
 class SlurmMultifactor:
-    """Slurm's priority/multifactor as sites commonly set it: age and job size only.
+    """Slurm's priority/multifactor as a GPU site sets it: fair-share, age and job size.
 
-    ``priority = w_age * min(wait / max_age, 1) + w_size * gpus / cluster_gpus``
-    (PriorityWeightAge, PriorityWeightJobSize, PriorityMaxAge=7-0, PriorityFavorSmall=NO),
-    truncated to an integer as Slurm does, highest first; run with first-fit and backfill
-    it emulates a default Slurm site.
+    Each factor is what ``sprio`` showed on the lab (Slurm 22.05, Fair Tree, the default),
+    times its weight, truncated as Slurm does; highest first, arrival order on ties:
+
+    - **job size**: ``(nodes / cluster nodes + cpus / cluster CPUs) / 2``, the job's node
+      count (fixed, else as few as hold its GPUs) and CPUs (at least one per node);
+      without CPU counts in the topology the node share stands for both;
+    - **age**: ``min(wait / PriorityMaxAge, 1)``;
+    - **fair-share** (Fair Tree, all users in one account with equal shares): users ranked
+      by GPU-seconds received, least first; a user's factor is ``(N - users ahead) / N``
+      over the N users known, so users with equal usage share a rank. Usage is GPU
+      billing (``TRESBillingWeights=GRES/gpu=1``) as slurmctld last computed it, every
+      ``calc_period`` seconds (PriorityCalcPeriod): the running jobs' share since then
+      is not in it yet. Its decay (PriorityDecayHalfLife, a week) is not modelled.
+
+    Run with first-fit and backfill it emulates a Slurm site; ``weight_fairshare=0`` is
+    a site without slurmdbd.
     """
 
     name: str = "slurm-multifactor"
     needs_oracle: ClassVar[bool] = False
     weight_age: float = 1000.0
     weight_size: float = 1000.0
+    weight_fairshare: float = 10000.0
     max_age: float = 7 * 86_400.0
+    calc_period: float = 300.0
 
     def rank(self, state: ClusterState) -> Ranking:
         q = state.queue
         age = np.minimum(np.maximum(state.now - q.submit, 0.0) / self.max_age, 1.0)
-        prio = np.floor(self.weight_age * age + self.weight_size * q.gpus / state.topology.num_gpus)
+        prio = (np.floor(self.weight_age * age) + np.floor(self.weight_size * self.size_factors(state))
+                + np.floor(self.weight_fairshare * self.fairshare_factors(state)[q.user]))
         return _rank_by(state, -prio)
+
+    @staticmethod
+    def size_factors(state: ClusterState) -> np.ndarray:
+        topo = state.topology
+        per_node = max(1, topo.gpus_per_node)
+        nodes = np.array([j.num_nodes or max(1, -(-j.num_gpus // per_node)) for j in state.pending], dtype=float)
+        node_share = nodes / len(topo.nodes)
+        total_cpus = sum(n.cpus for n in topo.nodes)
+        if not total_cpus:
+            return node_share
+        cpus = np.array([max(j.cpus, 1) for j in state.pending], dtype=float)
+        return (node_share + np.maximum(cpus, nodes) / total_cpus) / 2
+
+    def fairshare_factors(self, state: ClusterState) -> np.ndarray:
+        """Per user of ``state.queue.users``, the fair-share factor in [0, 1]."""
+        q = state.queue
+        if not self.weight_fairshare or not len(q.users):
+            return np.zeros(len(q.users))
+        served = dict(state.attained_service)
+        tick = state.now - state.now % self.calc_period if self.calc_period > 0 else state.now
+        for r in state.running:  # what slurmctld has not counted yet
+            if r.user in served:
+                served[r.user] -= r.num_gpus * (state.now - max(r.start_time, tick))
+        for u in q.users:
+            served.setdefault(u, 0.0)
+        usage = np.array(sorted(max(0.0, v) for v in served.values()))
+        mine = np.array([max(0.0, served[u]) for u in q.users])
+        ahead = np.searchsorted(usage, mine, side="left")  # users with strictly less usage
+        return (len(usage) - ahead) / len(usage)

@@ -34,7 +34,8 @@ PRESETS: dict[str, Preset] = {
     "sjf": Preset("sjf", "first-fit", False, "shortest estimated job first (from time limits), first-fit"),
     "fair-share": Preset("fair-share", "first-fit", False, "least-served user first, first-fit"),
     "tiresias": Preset("tiresias", "consolidate", False, "Tiresias-style discretized LAS, consolidated placement"),
-    "slurm": Preset("slurm-multifactor", "first-fit", True, "emulated default Slurm: age+size multifactor, backfill, first-fit"),
+    "slurm": Preset("slurm-multifactor", "first-fit", True,
+                    "emulated Slurm site: fair-share+age+size multifactor, backfill, first-fit"),
     "fifo+consolidate": Preset("fifo", "consolidate", False, "FIFO with topology-aware best-fit placement"),
     "sjf+consolidate": Preset("sjf", "consolidate", False, "SJF with topology-aware best-fit placement"),
     "fair-share+consolidate": Preset("fair-share", "consolidate", False, "fair-share with topology-aware placement"),
@@ -69,6 +70,28 @@ AGENT_FAIRNESS = Parameter(
 MODEL = Parameter("model", "the model file to run (`attentived train --out`)", "an existing model file", model_file,
                   "the shipped model")
 
+def _seconds(text: str) -> float:
+    v = float(text)
+    if not v > 0 or v == float("inf"):
+        raise ValueError(text)
+    return v
+
+
+def _weight(text: str) -> float:
+    v = float(text)
+    if not 0 <= v < float("inf"):
+        raise ValueError(text)
+    return v
+
+
+#: The Slurm emulation's site settings (slurm.conf's names in the summaries).
+SLURM_PARAMETERS: dict[str, Parameter] = {
+    "calc_period": Parameter("calc_period", "seconds between slurmctld's fair-share usage sums (PriorityCalcPeriod)",
+                             "a number of seconds > 0", _seconds, "300"),
+    "weight_fairshare": Parameter("weight_fairshare", "PriorityWeightFairshare (0: a site without slurmdbd)",
+                                  "a number >= 0", _weight, "10000"),
+}
+
 LEARNED_PARAMETERS: dict[str, dict[str, Parameter]] = {
     "attentive": {"fairness": AGENT_FAIRNESS, "model": MODEL},
     "deeprm": {"model": MODEL},
@@ -101,6 +124,8 @@ def parameters(name: str) -> Mapping[str, Parameter] | None:
     parts = _composition(name)
     if parts is None:
         return None
+    if parts[0] == "slurm-multifactor":
+        return SLURM_PARAMETERS
     return {"fairness": FAIRNESS} if parts[0] in SEARCH_ORDERS else {}
 
 

@@ -414,6 +414,13 @@ def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
             "timeline.png", "wait_per_user.png", "attentived.log"} <= written
     doc = json.loads((tmp_path / "out" / "demo.json").read_text())
     assert set(doc["runs"]) == {"slurm", "attentived"} and doc["comparison"]["avg_jct"]["slurm"] > 0
+    # Slurm alone as a site with accounting runs it, as its slurmctld reported
+    alone = doc["runs"]["slurm"]["scheduler"]["slurm_conf"]
+    assert (alone["SchedulerType"], alone["PriorityType"], alone["AccountingStorageType"]) == (
+        "sched/backfill", "priority/multifactor", "accounting_storage/slurmdbd")
+    assert (alone["PriorityWeightFairShare"], alone["PriorityWeightAge"], alone["PriorityWeightJobSize"]) == (
+        "10000", "1000", "1000")
+    assert doc["runs"]["slurm"]["predicted_by"] == "slurm:calc_period=60"
     from rich.console import Console
 
     console = Console(record=True, width=160)

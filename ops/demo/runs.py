@@ -42,13 +42,17 @@ DEMO_PORT_BASE = 18617  # the test lab uses 17817.., bench/daemon_cycle.py 19417
 RUN_NAMES = ("slurm", "attentived")
 RUN_TITLES = {"slurm": "Slurm alone", "attentived": "attentived"}
 
-#: slurm.conf lines of the "Slurm alone" run: backfill and the multifactor weights a default
-#: site sets (age and job size; no fair-share without slurmdbd), as the simulator's ``slurm``
-#: preset models them (agents/order.py ``SlurmMultifactor``).
+#: The "Slurm alone" run as a GPU site with accounting configures it: backfill, and multifactor
+#: priorities led by fair-share (the lab's slurmdbd; users in one account, billed their GPUs),
+#: then job size and age. The simulator's ``slurm`` preset models these factors (agents/order.py
+#: ``SlurmMultifactor``). PriorityCalcPeriod is Slurm's shortest, 1 minute: the demo
+#: compresses hours into seconds, and a site's 5 minutes would freeze fair-share for a run.
 SLURM_ALONE_SCHED = "sched/backfill"
-SLURM_ALONE_CONF = "PriorityWeightAge=1000\nPriorityWeightJobSize=1000\nPriorityMaxAge=7-0"
-#: The simulator preset that stands for Slurm alone in the prediction.
-SLURM_ALONE_PRESET = "slurm"
+SLURM_ALONE_WEIGHTS = {"PriorityWeightFairshare": "10000", "PriorityWeightAge": "1000", "PriorityWeightJobSize": "1000",
+                       "PriorityMaxAge": "7-0", "PriorityDecayHalfLife": "7-0", "PriorityCalcPeriod": "1"}
+SLURM_ALONE_CONF = "\n".join(f"{k}={v}" for k, v in SLURM_ALONE_WEIGHTS.items())
+#: The simulator preset that stands for Slurm alone in the prediction (usage summed each minute).
+SLURM_ALONE_PRESET = "slurm:calc_period=60"
 #: The heuristic the demo runs when the learned model cannot be loaded.
 FALLBACK_POLICY = "fifo+consolidate"
 
@@ -142,6 +146,8 @@ class RunResult:
     squeue_raw: str = field(repr=False, default="")
     daemon: dict[str, Any] | None = None
     leftover_reservations: list[str] = field(default_factory=list)
+    #: Slurm's scheduling settings in effect, as `scontrol show config` printed them
+    slurm_conf: dict[str, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -168,7 +174,8 @@ class RunResult:
             row["gpu_indices_from"] = self.alloc_source.get(name)
             jobs.append(row)
         return {
-            "title": self.title, "scheduler": self.scheduler, "predicted_by": self.policy,
+            "title": self.title, "scheduler": {"summary": self.scheduler, "slurm_conf": self.slurm_conf},
+            "predicted_by": self.policy,
             "complete": self.complete, "wall_seconds": self.wall_seconds, "started_at": self.started_at,
             "live": self.summary, "predicted": self.predicted, "daemon": self.daemon,
             "leftover_reservations": self.leftover_reservations, "jobs": jobs,
@@ -235,6 +242,19 @@ class _Submitter(threading.Thread):
     @property
     def done(self) -> bool:
         return len(self.submitted) == len(self.workload.jobs)
+
+
+#: `scontrol show config` keys that say how Slurm orders and places jobs (and every Priority*)
+SCHEDULING_KEYS = ("SchedulerType", "SchedulerParameters", "SelectType", "SelectTypeParameters",
+                   "AccountingStorageType", "AccountingStorageTRES")
+
+
+def _scheduling_settings(lab: Any) -> dict[str, str]:
+    """What the run's slurmctld says it schedules with: the record of "Slurm alone"'s weights."""
+    from attentived.daemon.scontrol_text import parse_config
+
+    conf = parse_config(lab.scontrol("show", "config"))
+    return {k: v for k, v in conf.items() if k in SCHEDULING_KEYS or k.startswith("Priority")}
 
 
 class Demo:
@@ -365,7 +385,7 @@ class Demo:
             else:
                 scheduler = "attentived start"
         else:
-            scheduler = f"{SLURM_ALONE_SCHED} + priority/multifactor (age, job size), Slurm's placement"
+            scheduler = f"{SLURM_ALONE_SCHED} + priority/multifactor (fair-share, age, job size), Slurm's placement"
         self.emit("phase", run=kind, text="running")
         total = len(workload.jobs)
         expected = workload.span + sum(j.num_gpus * j.duration * j.worst_slowdown for j in workload.jobs) / self.topo.num_gpus
@@ -422,7 +442,7 @@ class Demo:
             predicted_records=predicted, predicted=summary_of(predicted, self.topo),
             states=m.states, slurm_ids=m.slurm_ids, alloc_source=m.alloc_source, job_outputs=outputs,
             missing=m.missing, wall_seconds=wall, started_at=t0, squeue_raw=raw, daemon=daemon_info,
-            leftover_reservations=leftovers,
+            leftover_reservations=leftovers, slurm_conf=_scheduling_settings(lab),
         )
 
     # ---- clean-up ---------------------------------------------------------------------------

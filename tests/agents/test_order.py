@@ -62,3 +62,44 @@ def test_slurm_multifactor_age_beats_size_after_long_waits(lab):
     assert ids(s, SlurmMultifactor().rank(s)) == ["old", "wide"]
     s = make_state(lab, [job("young", gpus=1, submit=990), job("wide", gpus=32, submit=995)], now=1000)
     assert ids(s, SlurmMultifactor().rank(s)) == ["wide", "young"]
+
+
+def _with_cpus(topo, cpus):
+    from dataclasses import replace
+
+    return replace(topo, nodes=tuple(replace(n, cpus=cpus) for n in topo.nodes))
+
+
+def test_slurm_job_size_factor_is_what_sprio_showed_on_the_lab(lab):
+    # the lab: 4 nodes x 8 CPUs; sprio gave JOBSIZE 141 (shown truncated to 140 in the total)
+    # for a 1-node 1-CPU job and 281 for a 2-node 2-CPU job at PriorityWeightJobSize=1000
+    s = make_state(_with_cpus(lab, 8), [job("one", gpus=2), job("two", gpus=16, nodes=2), job("cpus", gpus=1, cpus=8)])
+    assert [int(1000 * f) for f in SlurmMultifactor.size_factors(s)] == [140, 281, 250]
+    # without CPU counts the node share stands for both halves
+    assert SlurmMultifactor.size_factors(make_state(lab, [job("one", gpus=2)])).tolist() == [0.25]
+
+
+def test_slurm_fair_share_ranks_users_by_usage_ties_sharing_a_rank(lab):
+    # as sshare showed on the lab: equal usage shares a rank, the least-used user ranks first
+    users = {"alice": UserStats(jobs=1, gpu_seconds=111.0), "bob": UserStats(jobs=1, gpu_seconds=111.0)}
+    s = make_state(lab, [job("a", user="alice", submit=1), job("b", user="bob", submit=2), job("c", user="carol", submit=3)],
+                   users=users)
+    m = SlurmMultifactor()
+    factors = dict(zip(s.queue.users, m.fairshare_factors(s).tolist()))
+    assert factors == {"alice": pytest.approx(2 / 3), "bob": pytest.approx(2 / 3), "carol": 1.0}
+    assert ids(s, m.rank(s)) == ["c", "a", "b"]
+    assert ids(s, SlurmMultifactor(weight_fairshare=0).rank(s)) == ["a", "b", "c"]  # a site without slurmdbd
+
+
+def test_slurm_fair_share_counts_running_jobs_only_at_its_calc_period(lab):
+    # carol has run 2 GPUs since t=1000; at t=1100 slurmctld last summed usage at t=1080
+    running = [RunningJob("r", "carol", (0, 1), 0.0, 1000.0, 3600.0)]
+    users = {"alice": UserStats(jobs=1, gpu_seconds=100.0)}
+    s = make_state(lab, [job("a", user="alice", submit=1), job("c", user="carol", submit=2)], running=running,
+                   users=users, now=1100.0)
+    # counted up to the tick: carol 2 x 80 = 160 > alice's 100, so alice ranks first
+    assert ids(s, SlurmMultifactor(calc_period=60).rank(s)) == ["a", "c"]
+    # a tick at 1050: carol 100 = alice 100, a tie: arrival order
+    assert ids(s, SlurmMultifactor(calc_period=525).rank(s)) == ["a", "c"]
+    # a tick at 1000: carol has nothing counted yet
+    assert ids(s, SlurmMultifactor(calc_period=500).rank(s)) == ["c", "a"]
