@@ -668,6 +668,10 @@ def demo(
     policy: str | None = typer.Option(None, "--policy", help="attentived's policy (default: attentive when its shipped model is there, else "
                                                              "fifo+consolidate)."),
     seed: int = typer.Option(0, "--seed", help="Picks the trace window and the jobs' models."),
+    seeds: str | None = typer.Option(None, "--seeds", help="Several demos, one per seed (e.g. 1,2,3; instead of --seed): each "
+                                                           "one's table, then the mean and spread of the change and of the "
+                                                           "simulator's prediction error (--out: one folder per seed and "
+                                                           "seeds.json)."),
     keep_cluster: bool = typer.Option(False, "--keep-cluster", help="Leave the demo's Slurm running afterwards (. /tmp/attentived-demo/env.sh; "
                                                                     "squeue -t all)."),
     out: Path | None = typer.Option(None, "--out", help="Also write demo.json, jobs.csv, Slurm's raw records, the daemon's log and PNG plots here."),
@@ -680,25 +684,41 @@ def demo(
     failed, 2 for bad options, 3 when this machine cannot run the cluster, 130 on Ctrl-C.
     """
     from attentived.ops.demo.runs import EXIT_INTERRUPTED, DemoError, DemoOptions, run_demo
+    from attentived.ops.demo.seeds import parse_seeds, seeds_summary
 
-    from .render_demo import live_view, result_table, write_outputs
+    from .render_demo import live_view, result_table, seeds_table, write_outputs, write_seeds
 
-    options = DemoOptions(jobs=jobs, users=users, time_scale=time_scale, policy=policy, seed=seed,
-                          keep_cluster=keep_cluster)
     try:
-        with live_view() as on_event:
-            result = run_demo(options, on_event)
-    except DemoError as e:
-        raise _fail(str(e), e.code) from None
-    except KeyboardInterrupt:
-        typer.echo("attentived: demo interrupted: daemon stopped, demo jobs cancelled, reservations deleted"
-                   + ("" if keep_cluster else ", cluster stopped"), err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    result_table(result)
-    if out is not None:
-        typer.echo(f"wrote {', '.join(str(f) for f in write_outputs(result, out))}", err=True)
+        seed_list = parse_seeds(seeds) if seeds is not None else [seed]
+    except ValueError as e:
+        raise _fail(str(e), 2) from None
+    if keep_cluster and len(seed_list) > 1:
+        raise _fail("--keep-cluster keeps one demo's cluster: give one seed", 2)
+    results = []
+    for s in seed_list:
+        options = DemoOptions(jobs=jobs, users=users, time_scale=time_scale, policy=policy, seed=s,
+                              keep_cluster=keep_cluster)
+        try:
+            with live_view() as on_event:
+                result = run_demo(options, on_event)
+        except DemoError as e:
+            raise _fail(f"seed {s}: {e}" if seeds is not None else str(e), e.code) from None
+        except KeyboardInterrupt:
+            typer.echo("attentived: demo interrupted: daemon stopped, demo jobs cancelled, reservations deleted"
+                       + ("" if keep_cluster else ", cluster stopped"), err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        result_table(result)
+        results.append(result)
+        if out is not None:
+            folder = out / f"seed-{s}" if seeds is not None else out
+            typer.echo(f"wrote {', '.join(str(f) for f in write_outputs(result, folder))}", err=True)
+    if seeds is not None:
+        summary = seeds_summary(results)
+        seeds_table(summary)
+        if out is not None:
+            typer.echo(f"wrote {write_seeds(summary, out)}", err=True)
     if keep_cluster:
         typer.echo(f"the demo's Slurm is still running: . {options.run_dir}/env.sh; squeue -t all "
                    f"(stop it: bash {Path(__file__).parent / 'slurmlab' / 'stop.sh'} --run {options.run_dir})", err=True)
-    if not all(run.complete for run in result.runs.values()):
+    if not all(run.complete for r in results for run in r.runs.values()):
         raise _fail("not every job completed (see the table)", 1)

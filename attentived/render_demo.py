@@ -174,6 +174,12 @@ def result_table(result: DemoResult, console: Console | None = None) -> None:
         table.add_row(label, _fmt(va, kind), _fmt(a.predicted.get(key), kind), _fmt(vb, kind),
                       _fmt(b.predicted.get(key), kind), change)
     console.print(table)
+    errors = []
+    for run in (a, b):
+        cells = [f"{label} {_pct(run.summary.get(key), run.predicted.get(key))}" for label, key in (("avg JCT", "avg_jct"),
+                                                                                                   ("avg wait", "avg_wait"))]
+        errors.append(f"{run.title} {', '.join(cells)}")
+    console.print(f"prediction error (sim / live - 1): {'; '.join(errors)}", highlight=False)
     d = b.daemon or {}
     for run in (a, b):
         bad = {n: s for n, s in run.states.items() if s != "COMPLETED"}
@@ -193,7 +199,56 @@ def result_table(result: DemoResult, console: Console | None = None) -> None:
                   highlight=False)
 
 
+def _pct(live: float | None, predicted: float | None) -> str:
+    return "-" if live is None or predicted is None or not live else f"{100 * (predicted / live - 1):+.0f}%"
+
+
+def seeds_table(summary: dict[str, Any], console: Console | None = None) -> None:
+    """``demo --seeds``: per seed, both runs' live avg JCT and the prediction errors, then the
+    mean and spread over seeds."""
+    console = console or _console()
+    table = Table(title=f"attentived demo over seeds {', '.join(map(str, summary['seeds']))}", title_justify="left")
+    table.add_column("seed")
+    for name in RUN_NAMES:
+        table.add_column(f"{RUN_TITLES[name]} avg JCT", justify="right")
+        table.add_column("sim err JCT / wait", justify="right", style="dim")
+    table.add_column("attentived vs Slurm alone", justify="right")
+    for row in summary["per_seed"]:
+        cells = [str(row["seed"])]
+        for name in RUN_NAMES:
+            r = row["runs"][name]
+            cells += [_fmt(r["avg_jct"]["live"], "s"),
+                      " / ".join("-" if r[k]["error"] is None else f"{100 * r[k]['error']:+.0f}%" for k in ("avg_jct", "avg_wait"))]
+        cells.append("-" if row["jct_change"] is None else f"{100 * row['jct_change']:+.0f}%")
+        table.add_row(*cells)
+    o = summary["overall"]
+    if o["jct_change"]["mean"] is not None:
+        cells = ["mean ± std"]
+        for name in RUN_NAMES:
+            jct, ej, ew = o[f"{name}.avg_jct"], o[f"{name}.avg_jct.error"], o[f"{name}.avg_wait.error"]
+            cells += [f"{jct['mean']:.1f} ± {jct['std']:.1f}s",
+                      f"{100 * ej['mean']:+.0f} ± {100 * ej['std']:.0f}% / {100 * ew['mean']:+.0f} ± {100 * ew['std']:.0f}%"]
+        c = o["jct_change"]
+        cells.append(f"{100 * c['mean']:+.0f} ± {100 * c['std']:.0f}%")
+        table.add_row(*cells, style="bold")
+    console.print(table)
+    c = o["jct_change"]
+    if c["mean"] is not None and len(summary["seeds"]) > 1:
+        verdict = "larger than" if abs(c["mean"]) > c["std"] else "within"
+        console.print(f"attentived's avg JCT change, {100 * c['mean']:+.1f}%, is {verdict} its seed-to-seed spread "
+                      f"({100 * c['std']:.1f}%); worst prediction error {100 * (o['worst_prediction_error'] or 0):.0f}%",
+                      highlight=False)
+
+
 # ---- --out ------------------------------------------------------------------------------------------
+
+
+def write_seeds(summary: dict[str, Any], out: Path) -> Path:
+    """``demo --seeds --out``: the summary over seeds as seeds.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "seeds.json"
+    path.write_text(json.dumps(_jsonable(summary), indent=1))
+    return path
 
 
 def write_outputs(result: DemoResult, out: Path) -> list[Path]:

@@ -357,6 +357,41 @@ def test_not_root_is_a_clear_error(monkeypatch):
     assert e.value.code == EXIT_UNSUPPORTED and "root" in str(e.value)
 
 
+# ---- several seeds -----------------------------------------------------------------------------------
+
+
+def test_seeds_are_parsed_strictly():
+    from attentived.ops.demo.seeds import parse_seeds
+
+    assert parse_seeds("1, 2,3") == [1, 2, 3]
+    for bad, why in (("1,x", "'x' is not a whole number"), ("1,1", "seed 1 given twice"), ("-1", "'-1'")):
+        with pytest.raises(ValueError, match=why):
+            parse_seeds(bad)
+
+
+def test_seeds_summary_gives_prediction_errors_and_the_spread_of_the_change():
+    from types import SimpleNamespace
+
+    from attentived.ops.demo.seeds import seeds_summary
+
+    def result(seed, slurm, attentived):  # (live avg JCT, predicted avg JCT, live wait, predicted wait)
+        def run(v):
+            return SimpleNamespace(summary={"avg_jct": v[0], "avg_wait": v[2]}, predicted={"avg_jct": v[1], "avg_wait": v[3]})
+        return SimpleNamespace(options=SimpleNamespace(seed=seed), runs={"slurm": run(slurm), "attentived": run(attentived)})
+
+    s = seeds_summary([result(1, (20.0, 22.0, 10.0, 9.0), (16.0, 16.0, 6.0, 6.0)),
+                       result(2, (30.0, 30.0, 20.0, 20.0), (27.0, 24.3, 15.0, 12.0))])
+    assert s["seeds"] == [1, 2]
+    first = s["per_seed"][0]
+    assert first["runs"]["slurm"]["avg_jct"]["error"] == pytest.approx(0.1)
+    assert first["runs"]["slurm"]["avg_wait"]["error"] == pytest.approx(-0.1)
+    assert first["jct_change"] == pytest.approx(-0.2) and s["per_seed"][1]["jct_change"] == pytest.approx(-0.1)
+    change = s["overall"]["jct_change"]
+    assert change["mean"] == pytest.approx(-0.15) and change["std"] == pytest.approx(0.0707, abs=1e-4)
+    assert s["overall"]["attentived.avg_wait.error"]["min"] == pytest.approx(-0.2)
+    assert s["overall"]["worst_prediction_error"] == pytest.approx(0.2)
+
+
 # ---- the real thing ------------------------------------------------------------------------------------
 
 TEST_RUN_DIR = "/tmp/attentived-demo-test"
