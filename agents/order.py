@@ -8,7 +8,7 @@ finished jobs; ``sjf-oracle`` sees true durations and exists only as an upper bo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -130,9 +130,14 @@ class SlurmMultifactor:
     - **fair-share** (Fair Tree, all users in one account with equal shares): users ranked
       by GPU-seconds received, least first; a user's factor is ``(N - users ahead) / N``
       over the N users known, so users with equal usage share a rank. Usage is GPU
-      billing (``TRESBillingWeights=GRES/gpu=1``) as slurmctld last computed it, every
-      ``calc_period`` seconds (PriorityCalcPeriod): the running jobs' share since then
-      is not in it yet. Its decay (PriorityDecayHalfLife, a week) is not modelled.
+      billing (``TRESBillingWeights=GRES/gpu=1``). Its decay (PriorityDecayHalfLife, a
+      week) is not modelled.
+
+    As in slurmctld, a job's priority is set when it is submitted and recomputed only at
+    the calculation ticks, every ``calc_period`` seconds (PriorityCalcPeriod) from
+    ``calc_offset``; usage too is summed only at the ticks (a job that ends between two
+    ticks is counted whole at the next, not before). So the chooser keeps each job's
+    priority between ticks: one chooser per replay, as `make_policy` gives.
 
     Run with first-fit and backfill it emulates a Slurm site; ``weight_fairshare=0`` is
     a site without slurmdbd.
@@ -145,13 +150,24 @@ class SlurmMultifactor:
     weight_fairshare: float = 10000.0
     max_age: float = 7 * 86_400.0
     calc_period: float = 300.0
+    calc_offset: float = 0.0
+    _tick: float = field(default=-math.inf, init=False, repr=False, compare=False)
+    _priority: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _usage: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def rank(self, state: ClusterState) -> Ranking:
         q = state.queue
-        age = np.minimum(np.maximum(state.now - q.submit, 0.0) / self.max_age, 1.0)
-        prio = (np.floor(self.weight_age * age) + np.floor(self.weight_size * self.size_factors(state))
-                + np.floor(self.weight_fairshare * self.fairshare_factors(state)[q.user]))
-        return _rank_by(state, -prio)
+        tick = state.now - (state.now - self.calc_offset) % self.calc_period
+        if tick != self._tick:  # a calculation tick passed: usage summed, every pending job anew
+            self._tick, self._priority, self._usage = tick, {}, self.usage_at(state, tick)
+        new = np.array([j.job_id not in self._priority for j in state.pending], dtype=bool)
+        if new.any():
+            age = np.minimum(np.maximum(state.now - q.submit, 0.0) / self.max_age, 1.0)
+            prio = (np.floor(self.weight_age * age) + np.floor(self.weight_size * self.size_factors(state))
+                    + np.floor(self.weight_fairshare * self.fairshare_factors(q.users)[q.user]))
+            for i in np.flatnonzero(new):
+                self._priority[state.pending[i].job_id] = float(prio[i])
+        return _rank_by(state, -np.array([self._priority[j.job_id] for j in state.pending]))
 
     @staticmethod
     def size_factors(state: ClusterState) -> np.ndarray:
@@ -165,19 +181,24 @@ class SlurmMultifactor:
         cpus = np.array([max(j.cpus, 1) for j in state.pending], dtype=float)
         return (node_share + np.maximum(cpus, nodes) / total_cpus) / 2
 
-    def fairshare_factors(self, state: ClusterState) -> np.ndarray:
-        """Per user of ``state.queue.users``, the fair-share factor in [0, 1]."""
-        q = state.queue
-        if not self.weight_fairshare or not len(q.users):
-            return np.zeros(len(q.users))
+    @staticmethod
+    def usage_at(state: ClusterState, tick: float) -> dict[str, float]:
+        """GPU-seconds per user as slurmctld summed them at ``tick`` (at or before
+        ``state.now``): running jobs count up to the tick; every user known has an entry."""
         served = dict(state.attained_service)
-        tick = state.now - state.now % self.calc_period if self.calc_period > 0 else state.now
-        for r in state.running:  # what slurmctld has not counted yet
+        for r in state.running:
             if r.user in served:
                 served[r.user] -= r.num_gpus * (state.now - max(r.start_time, tick))
-        for u in q.users:
+        for u in state.queue.users:
             served.setdefault(u, 0.0)
-        usage = np.array(sorted(max(0.0, v) for v in served.values()))
-        mine = np.array([max(0.0, served[u]) for u in q.users])
+        return {u: max(0.0, v) for u, v in served.items()}
+
+    def fairshare_factors(self, users: tuple[str, ...]) -> np.ndarray:
+        """Per user of ``users``, the fair-share factor in [0, 1] from the last tick's usage
+        (a user first seen since counts as one with none)."""
+        if not self.weight_fairshare or not users:
+            return np.zeros(len(users))
+        usage = np.sort(np.fromiter(self._usage.values(), dtype=float, count=len(self._usage)))
+        mine = np.array([self._usage.get(u, 0.0) for u in users])
         ahead = np.searchsorted(usage, mine, side="left")  # users with strictly less usage
-        return (len(usage) - ahead) / len(usage)
+        return (len(usage) - ahead) / max(1, len(usage))

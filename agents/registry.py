@@ -88,6 +88,8 @@ def _weight(text: str) -> float:
 SLURM_PARAMETERS: dict[str, Parameter] = {
     "calc_period": Parameter("calc_period", "seconds between slurmctld's fair-share usage sums (PriorityCalcPeriod)",
                              "a number of seconds > 0", _seconds, "300"),
+    "calc_offset": Parameter("calc_offset", "seconds after the replay's start of a calculation tick (slurmctld's "
+                             "start, modulo calc_period)", "a number of seconds >= 0", _weight, "0"),
     "weight_fairshare": Parameter("weight_fairshare", "PriorityWeightFairshare (0: a site without slurmdbd)",
                                   "a number >= 0", _weight, "10000"),
 }

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from attentived.agents.policy import Policy
-from attentived.agents.state import PendingJob
 from attentived.atomic import write_folder
 from attentived.daemon.observe import ShadowError
 from attentived.simulator.engine import JobRecord, SimJob, Simulation
@@ -50,19 +49,6 @@ from attentived.simulator.metrics import summarize, user_mean_waits
 from attentived.simulator.trace import TraceJob
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel, resolve_model
-
-
-@dataclass(frozen=True, slots=True)
-class ShapedSimJob(SimJob):
-    """A ``SimJob`` that keeps the node shape the user asked for (``--gres=gpu:N -N K``: N
-    GPUs on each of K nodes), so the replay places it as Slurm had to."""
-
-    num_nodes: int | None = None
-
-    def pending(self, oracle: bool) -> PendingJob:
-        return dataclasses.replace(SimJob.pending(self, oracle), num_nodes=self.num_nodes)
-
-
 
 # ---- the report -------------------------------------------------------------------------------
 
@@ -171,7 +157,7 @@ def build_report(rows: Sequence[dict[str, Any]], topology: Topology, policies: S
               "too_big": 0, "unplaceable": 0}
     background_gpu_s = 0.0
     observed: list[JobRecord] = []
-    sim_jobs: list[ShapedSimJob] = []
+    sim_jobs: list[SimJob] = []
     guessed: set[str] = set()
     for row in sorted(rows, key=lambda r: (r["submit"] or r["first_seen"], r["job_id"])):
         submit = row["submit"] if row["submit"] is not None else row["first_seen"]
@@ -213,16 +199,15 @@ def build_report(rows: Sequence[dict[str, Any]], topology: Topology, policies: S
         observed.append(JobRecord(row["job_id"], row["user"], row["gpus"], model, float(submit), start, start + run,
                                   ideal, float(limit), gpus))
         shape = row["num_nodes"] if row["num_nodes"] and row["gpus"] % row["num_nodes"] == 0 else None
-        sim_jobs.append(ShapedSimJob(TraceJob(row["job_id"], float(submit), row["user"], row["gpus"], ideal, model, 0),
-                                     float(limit), model, shape))
+        sim_jobs.append(SimJob(TraceJob(row["job_id"], float(submit), row["user"], row["gpus"], ideal, model, 0,
+                                        num_nodes=shape), float(limit), model))
     if not observed:
         raise ShadowError(
             f"no finished job in the window ({counts['observed']} observed arrivals: {counts['unfinished']} not finished "
             f"yet, {counts['never_started']} ended without starting); observe longer or widen --since")
     counts["compared"] = len(observed)
     base = min(j.job.submit_time for j in sim_jobs)
-    sim_jobs = [ShapedSimJob(TraceJob(j.job.job_id, j.job.submit_time - base, j.job.user, j.job.num_gpus,
-                                      j.job.duration, j.job.model, 0), j.time_limit, j.model, j.num_nodes)
+    sim_jobs = [dataclasses.replace(j, job=dataclasses.replace(j.job, submit_time=j.job.submit_time - base))
                 for j in sim_jobs]
     summaries = {ShadowReport.OBSERVED: summarize(observed, topology.num_gpus)}
     simulated: dict[str, list[JobRecord]] = {}

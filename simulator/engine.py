@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -45,7 +46,7 @@ from attentived.topology.speed import SpeedModel, resolve_model
 from .limits import time_limit
 from .trace import TraceJob
 
-_COMPLETION, _ARRIVAL = 0, 1  # at one instant, free GPUs before new jobs are seen
+_COMPLETION, _ARRIVAL, _PASS = 0, 1, 2  # at one instant, free GPUs before new jobs are seen
 
 #: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
 #: job asks, and small enough that sums over a million nodes stay inside int64.
@@ -98,6 +99,7 @@ class SimJob:
             nodelist=j.nodelist,
             exclude=j.exclude,
             features=j.features,
+            num_nodes=j.num_nodes,
         )
 
 
@@ -154,6 +156,10 @@ class Simulation:
     ``run()`` replays it all. An outside decider (the Gymnasium environment) instead calls
     ``reset()``, then alternates ``next_decision()`` and ``apply(plan)``. ``progress`` is
     called with the number of finished jobs after each completion batch.
+
+    ``cadence`` (seconds, 0: off) makes decisions wait for the scheduler's next pass on a
+    grid of that period, as a live Slurm starts jobs at its scheduling passes
+    (``sched_interval``) rather than the instant resources free up.
     """
 
     def __init__(
@@ -164,7 +170,11 @@ class Simulation:
         *,
         speed: SpeedModel | None = None,
         progress: Callable[[int], None] | None = None,
+        cadence: float = 0.0,
     ) -> None:
+        if not cadence >= 0:
+            raise ValueError(f"cadence must be >= 0 seconds, got {cadence!r}")
+        self.cadence = cadence
         too_big = [s.job for s in jobs if s.job.num_gpus > topology.num_gpus]
         if too_big:
             j = too_big[0]
@@ -218,6 +228,7 @@ class Simulation:
         self._users: dict[str, UserStats] = {}
         self._records: list[JobRecord] = []
         self._decision_times: list[float] = []
+        self._pass_at = -math.inf  # the scheduler pass already queued (cadence)
         self.now = 0.0
 
     def next_decision(self) -> ClusterState | None:
@@ -228,6 +239,8 @@ class Simulation:
             finished_any = False
             while self._events and self._events[0][0] == self.now:
                 _, kind, _, job_id = heapq.heappop(self._events)
+                if kind == _PASS:
+                    continue
                 if kind == _ARRIVAL:
                     pj = self._as_pending[self._row[job_id]]
                     self._pending[job_id] = pj
@@ -240,6 +253,13 @@ class Simulation:
             if finished_any and self.progress is not None:
                 self.progress(len(self._records))
             if self._pending and int(self._free.sum()) >= min(self._sizes):
+                if self.cadence:
+                    next_pass = math.ceil(self.now / self.cadence - 1e-9) * self.cadence
+                    if next_pass > self.now:
+                        if next_pass != self._pass_at:
+                            self._pass_at = next_pass
+                            heapq.heappush(self._events, (next_pass, _PASS, next(self._counter), ""))
+                        continue
                 return self.snapshot()
         if self._pending:
             raise SimulationStalled(f"{len(self._pending)} job(s) never started")

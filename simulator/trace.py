@@ -104,6 +104,9 @@ class TraceJob:
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     features: tuple[str, ...] = ()
+    num_nodes: int | None = None
+    """The node count the user fixed (``sbatch -N``; ``num_gpus / num_nodes`` GPUs on each),
+    ``None`` when Slurm may spread the GPUs over any nodes."""
 
 
 @dataclass(frozen=True)

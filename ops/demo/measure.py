@@ -135,10 +135,12 @@ TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "max_user_wait"
 # ---- the simulator's prediction ----------------------------------------------------------------
 
 
-def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0) -> list[JobRecord]:
+def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0,
+            cadence: float = 0.0) -> list[JobRecord]:
     """The simulator's replay of the demo workload under ``policy`` (any registry name, the
-    learned ones included; records named like the live jobs)."""
+    learned ones included; records named like the live jobs); ``cadence``: Slurm's
+    scheduling passes (`Simulation`)."""
     from attentived.agents.registry import make_policy
 
     topo = topo or demo_topology()
-    return list(Simulation(workload.sim_jobs(), topo, make_policy(policy, seed)).run().records)
+    return list(Simulation(workload.sim_jobs(), topo, make_policy(policy, seed), cadence=cadence).run().records)

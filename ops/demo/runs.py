@@ -53,6 +53,18 @@ SLURM_ALONE_WEIGHTS = {"PriorityWeightFairshare": "10000", "PriorityWeightAge": 
 SLURM_ALONE_CONF = "\n".join(f"{k}={v}" for k, v in SLURM_ALONE_WEIGHTS.items())
 #: The simulator preset that stands for Slurm alone in the prediction (usage summed each minute).
 SLURM_ALONE_PRESET = "slurm:calc_period=60"
+
+
+def slurm_alone_preset(lab: Any, t0: float) -> str:
+    """``SLURM_ALONE_PRESET`` with its ticks where the run's slurmctld had them: slurmctld
+    recomputes priorities and usage at its start and every PriorityCalcPeriod after, so the
+    phase is its start time (sdiag's "Data since") relative to the run's start ``t0``."""
+    import re
+
+    m = re.search(r"Data since.*\((\d+)\)", lab.run(["sdiag"], check=False).stdout)
+    if not m:
+        return SLURM_ALONE_PRESET
+    return f"{SLURM_ALONE_PRESET},calc_offset={(int(m.group(1)) - t0) % 60:.1f}"
 #: The heuristic the demo runs when the learned model cannot be loaded.
 FALLBACK_POLICY = "fifo+consolidate"
 
@@ -106,6 +118,9 @@ def default_policy() -> str:
 #: second at a 1 s resolution (Slurm's defaults, 30 s and 60 s, are negligible next to jobs of
 #: hours, but not next to the demo's compressed jobs of seconds).
 DEMO_SCHED_PARAMS = "sched_interval=1,sched_min_interval=0,batch_sched_delay=0,max_rpc_cnt=0,bf_interval=1,bf_resolution=1"
+#: Seconds between those passes (sched_interval, bf_interval): jobs start at a pass, so the
+#: prediction's decisions wait for the next one too (`Simulation`'s cadence).
+SCHED_PASS = 1.0
 
 
 @dataclass
@@ -432,6 +447,9 @@ class Demo:
             except OSError:
                 outputs[name] = {}
         m = measure(raw, workload, self.topo, t0, allocations, outputs)
+        if kind == "slurm":  # the prediction with slurmctld's own calculation ticks
+            sim_policy = slurm_alone_preset(lab, t0)
+            predicted = predict(workload, sim_policy, self.topo, self.o.seed, SCHED_PASS)
         leftovers = sorted(r for r in lab.reservations() if r.startswith("attentived-"))
         for r in leftovers:
             lab.run(["scontrol", "delete", f"ReservationName={r}"], check=False)
@@ -514,8 +532,8 @@ class Demo:
         self.check_machine()
         self.emit("phase", run=None, text="simulating the same workload (the prediction)")
         try:
-            predicted_slurm = predict(workload, SLURM_ALONE_PRESET, self.topo, o.seed)
-            predicted_attentived = predict(workload, policy, self.topo, o.seed)
+            predicted_slurm = predict(workload, SLURM_ALONE_PRESET, self.topo, o.seed, SCHED_PASS)
+            predicted_attentived = predict(workload, policy, self.topo, o.seed, SCHED_PASS)
         except Exception as e:  # noqa: BLE001 - a model that does not load, a policy that fails
             raise DemoError(f"cannot simulate policy {policy!r}: {type(e).__name__}: {e}", EXIT_BAD_INPUT) from None
         ok = False
@@ -528,7 +546,7 @@ class Demo:
                 used = (runs["attentived"].daemon or {}).get("policy")
                 if used and used != policy:  # the daemon fell back: predict what really ran
                     runs["attentived"].policy = used
-                    runs["attentived"].predicted_records = predict(workload, used, self.topo, o.seed)
+                    runs["attentived"].predicted_records = predict(workload, used, self.topo, o.seed, SCHED_PASS)
                     runs["attentived"].predicted = summary_of(runs["attentived"].predicted_records, self.topo)
                 self.emit("run_done", run="attentived", result=runs["attentived"])
                 ok = True

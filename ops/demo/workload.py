@@ -13,7 +13,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,12 +36,15 @@ __all__ = [
 
 DEMO_USERS = ("alice", "bob", "carol")
 JOB_PREFIX = "demo-"
+#: CPUs of a lab node (slurm.conf: Sockets=2 CoresPerSocket=4): Slurm's job-size factor counts them
+LAB_CPUS_PER_NODE = 8
 
 
 def demo_topology() -> Topology:
-    """The lab's cluster as the simulator sees it: 4 nodes x 8 GPUs (islands 0-3, 4-7), two
-    nodes per leaf switch."""
-    return uniform(4, 8, nodes_per_switch=2)
+    """The lab's cluster as the simulator sees it: 4 nodes x 8 GPUs (islands 0-3, 4-7) and 8
+    CPUs (2 sockets x 4 cores), two nodes per leaf switch."""
+    topo = uniform(4, 8, nodes_per_switch=2)
+    return replace(topo, nodes=tuple(replace(n, cpus=LAB_CPUS_PER_NODE) for n in topo.nodes))
 
 
 # ---- placement signatures and slowdown tables -------------------------------------------------
@@ -162,7 +165,9 @@ class Workload:
     def sim_jobs(self) -> list[SimJob]:
         """The same workload for the simulator (same users, shapes, times, limits, models)."""
         return [
-            SimJob(TraceJob(j.name, j.submit, j.user, j.num_gpus, j.duration, j.model, j.index + 1), j.time_limit, j.model)
+            # as sbatch gets it: -N fixed, one task (one CPU) per node
+            SimJob(TraceJob(j.name, j.submit, j.user, j.num_gpus, j.duration, j.model, j.index + 1, cpus=j.num_nodes,
+                            num_nodes=j.num_nodes), j.time_limit, j.model)
             for j in self.jobs
         ]
 

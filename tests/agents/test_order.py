@@ -85,7 +85,8 @@ def test_slurm_fair_share_ranks_users_by_usage_ties_sharing_a_rank(lab):
     s = make_state(lab, [job("a", user="alice", submit=1), job("b", user="bob", submit=2), job("c", user="carol", submit=3)],
                    users=users)
     m = SlurmMultifactor()
-    factors = dict(zip(s.queue.users, m.fairshare_factors(s).tolist()))
+    m.rank(s)
+    factors = dict(zip(s.queue.users, m.fairshare_factors(s.queue.users).tolist()))
     assert factors == {"alice": pytest.approx(2 / 3), "bob": pytest.approx(2 / 3), "carol": 1.0}
     assert ids(s, m.rank(s)) == ["c", "a", "b"]
     assert ids(s, SlurmMultifactor(weight_fairshare=0).rank(s)) == ["a", "b", "c"]  # a site without slurmdbd
@@ -103,3 +104,19 @@ def test_slurm_fair_share_counts_running_jobs_only_at_its_calc_period(lab):
     assert ids(s, SlurmMultifactor(calc_period=525).rank(s)) == ["a", "c"]
     # a tick at 1000: carol has nothing counted yet
     assert ids(s, SlurmMultifactor(calc_period=500).rank(s)) == ["c", "a"]
+
+
+def test_slurm_priorities_hold_between_calculation_ticks(lab):
+    # slurmctld sets a job's priority when it is submitted and recomputes all of them only
+    # every PriorityCalcPeriod: alice's usage grows past bob's within a tick, and only the
+    # next tick reorders their jobs
+    m = SlurmMultifactor(calc_period=60)
+    pending = [job("a", user="alice", submit=1), job("b", user="bob", submit=2)]
+    users = {"alice": UserStats(jobs=1, gpu_seconds=10.0), "bob": UserStats(jobs=1, gpu_seconds=50.0)}
+    s = make_state(lab, pending, users=users, now=1000.0)
+    assert ids(s, m.rank(s)) == ["a", "b"]
+    later = {"alice": UserStats(jobs=2, gpu_seconds=90.0), "bob": users["bob"]}
+    s = make_state(lab, pending + [job("c", user="alice", submit=1010)], users=later, now=1010.0)
+    assert ids(s, m.rank(s)) == ["a", "c", "b"]  # c is priced at its submission with the tick's usage
+    s = make_state(lab, pending, users=later, now=1020.0)  # the tick at 1020: alice now ranks behind bob
+    assert ids(s, m.rank(s)) == ["b", "a"]

@@ -138,3 +138,14 @@ def test_the_release_order_the_simulator_keeps_is_the_one_a_state_would_sort():
         checked += bool(state.running)
         sim.apply(sim.policy.decide(state))
     assert checked > 20
+
+
+def test_a_cadence_starts_jobs_at_the_schedulers_passes_only():
+    topo = uniform(1, 2)
+    jobs = [SimJob(tj("a", 0.3, 5.0, gpus=2), 10.0, "resnet50"), SimJob(tj("b", 0.4, 2.0, gpus=2), 10.0, "resnet50")]
+    instant = {r.job_id: r.start_time for r in Simulation(jobs, topo, make_policy("fifo")).run().records}
+    assert instant == {"a": 0.3, "b": 5.3}
+    paced = {r.job_id: r.start_time for r in Simulation(jobs, topo, make_policy("fifo"), cadence=1.0).run().records}
+    assert paced == {"a": 1.0, "b": 6.0}  # a at the first pass after it arrives, b at the first after a ends
+    with pytest.raises(ValueError, match="cadence"):
+        Simulation(jobs, topo, make_policy("fifo"), cadence=-1.0)
