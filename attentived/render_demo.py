@@ -247,7 +247,7 @@ def write_seeds(summary: dict[str, Any], out: Path) -> Path:
     """``demo --seeds --out``: the summary over seeds as seeds.json."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "seeds.json"
-    path.write_text(json.dumps(_jsonable(summary), indent=1))
+    path.write_text(json.dumps(summary, indent=1, default=_jsonable))
     return path
 
 

@@ -369,7 +369,7 @@ def test_seeds_are_parsed_strictly():
             parse_seeds(bad)
 
 
-def test_seeds_summary_gives_prediction_errors_and_the_spread_of_the_change():
+def test_seeds_summary_gives_prediction_errors_and_the_spread_of_the_change(tmp_path):
     from types import SimpleNamespace
 
     from attentived.ops.demo.seeds import seeds_summary
@@ -390,6 +390,14 @@ def test_seeds_summary_gives_prediction_errors_and_the_spread_of_the_change():
     assert change["mean"] == pytest.approx(-0.15) and change["std"] == pytest.approx(0.0707, abs=1e-4)
     assert s["overall"]["attentived.avg_wait.error"]["min"] == pytest.approx(-0.2)
     assert s["overall"]["worst_prediction_error"] == pytest.approx(0.2)
+    from attentived.render_demo import seeds_table, write_seeds
+
+    assert json.loads(write_seeds(s, tmp_path).read_text())["per_seed"][1]["seed"] == 2
+    from rich.console import Console
+
+    console = Console(record=True, width=160)
+    seeds_table(s, console)
+    assert "-15.0%, is larger than its seed-to-seed spread (7.1%)" in console.export_text()
 
 
 # ---- the real thing ------------------------------------------------------------------------------------
