@@ -165,7 +165,7 @@ class SlurmMultifactor:
             age = np.minimum(np.maximum(state.now - q.submit, 0.0) / self.max_age, 1.0)
             prio = (np.floor(self.weight_age * age) + np.floor(self.weight_size * self.size_factors(state))
                     + np.floor(self.weight_fairshare * self.fairshare_factors(q.users)[q.user]))
-            for i in np.flatnonzero(new):
+            for i in np.flatnonzero(new).tolist():
                 self._priority[state.pending[i].job_id] = float(prio[i])
         return _rank_by(state, -np.array([self._priority[j.job_id] for j in state.pending]))
 

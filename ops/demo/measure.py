@@ -12,6 +12,7 @@ import numpy as np
 
 from attentived.simulator.engine import JobRecord, Simulation
 from attentived.simulator.metrics import summarize, user_mean_waits
+from attentived.simulator.slurm_gpus import SlurmPicksGpus
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel
 
@@ -136,11 +137,15 @@ TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "max_user_wait"
 
 
 def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0,
-            cadence: float = 0.0) -> list[JobRecord]:
+            cadence: float = 0.0, pinned: bool = False) -> list[JobRecord]:
     """The simulator's replay of the demo workload under ``policy`` (any registry name, the
     learned ones included; records named like the live jobs); ``cadence``: Slurm's
-    scheduling passes (`Simulation`)."""
+    scheduling passes (`Simulation`); ``pinned``: the policy only pins nodes, as the daemon
+    does, and Slurm picks the GPU indices there (`SlurmPicksGpus`)."""
     from attentived.agents.registry import make_policy
 
     topo = topo or demo_topology()
-    return list(Simulation(workload.sim_jobs(), topo, make_policy(policy, seed), cadence=cadence).run().records)
+    chosen: Any = make_policy(policy, seed)
+    if pinned:
+        chosen = SlurmPicksGpus(chosen)
+    return list(Simulation(workload.sim_jobs(), topo, chosen, cadence=cadence).run().records)

@@ -533,7 +533,7 @@ class Demo:
         self.emit("phase", run=None, text="simulating the same workload (the prediction)")
         try:
             predicted_slurm = predict(workload, SLURM_ALONE_PRESET, self.topo, o.seed, SCHED_PASS)
-            predicted_attentived = predict(workload, policy, self.topo, o.seed, SCHED_PASS)
+            predicted_attentived = predict(workload, policy, self.topo, o.seed, SCHED_PASS, pinned=True)
         except Exception as e:  # noqa: BLE001 - a model that does not load, a policy that fails
             raise DemoError(f"cannot simulate policy {policy!r}: {type(e).__name__}: {e}", EXIT_BAD_INPUT) from None
         ok = False
@@ -546,7 +546,7 @@ class Demo:
                 used = (runs["attentived"].daemon or {}).get("policy")
                 if used and used != policy:  # the daemon fell back: predict what really ran
                     runs["attentived"].policy = used
-                    runs["attentived"].predicted_records = predict(workload, used, self.topo, o.seed, SCHED_PASS)
+                    runs["attentived"].predicted_records = predict(workload, used, self.topo, o.seed, SCHED_PASS, pinned=True)
                     runs["attentived"].predicted = summary_of(runs["attentived"].predicted_records, self.topo)
                 self.emit("run_done", run="attentived", result=runs["attentived"])
                 ok = True
