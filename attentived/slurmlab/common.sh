@@ -1,10 +1,37 @@
-# Sourced by start.sh, stop.sh and reset.sh: defaults, the run directory, small helpers.
+# Sourced by start.sh, stop.sh, reset.sh and root.sh: defaults, the run directory, small helpers.
+# shellcheck shell=bash disable=SC2034  # its variables are for the scripts that source it
 # Every setting can come from the environment (ATTENTIVED_LAB_*) or, in start.sh, a flag.
 LAB_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUN=${ATTENTIVED_LAB_RUN:-/tmp/attentived-lab}
 MARKER=.attentived-lab            # a run dir is only ever wiped when it carries this file
 
 lab_die() { echo "slurm lab: $*" >&2; exit 1; }
+
+# The Debian release whose packages ship each Slurm version the lab runs (start.sh --slurm).
+lab_suite_for() {  # VERSION -> suite; fails for a version the lab does not know
+    case "$1" in
+        22.05) echo bookworm;;
+        24.11) echo trixie;;
+        *) return 1;;
+    esac
+}
+lab_host_suite() { (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}"); }
+
+# Mount points below DIR, the most recently mounted first: the order to unmount them in.
+lab_mounts_under() {
+    awk -v d="${1%/}/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | tac
+}
+# Unmount everything below DIR, in reverse order; a mount still busy is detached lazily
+# (and named), so that a wipe of DIR can never reach into /proc, /sys or /dev.
+lab_umount_under() {
+    local m rc=0
+    for m in $(lab_mounts_under "$1"); do
+        umount "$m" 2>/dev/null && continue
+        echo "slurm lab: $m is busy: detaching it lazily" >&2
+        umount -l "$m" || rc=1
+    done
+    return $rc
+}
 
 # The run dir is wiped by start.sh and put into sed expressions: keep it simple and deep.
 lab_check_run() {
@@ -52,6 +79,26 @@ lab_job_processes() {
     return 0
 }
 
+# A lab whose Slurm runs in a Debian root (start.sh --slurm, lab.info names the root): IN_ROOT
+# runs a command (a daemon) inside it, and the lab's client commands, which run inside it
+# too, come first on PATH. On a lab of the host's own Slurm IN_ROOT is empty.
+lab_enter_root() {
+    IN_ROOT=()
+    grep -qs '^root=.' "$RUN/lab.info" || return 0
+    IN_ROOT=(chroot "$RUN/root")
+    export PATH="$RUN/client-bin:$PATH"
+}
+
+# PIDs of every process inside this lab's root (daemons, jobs, clients), found by the root
+# directory they run in: what must end before the root can be unmounted.
+lab_root_processes() {
+    local p
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/root" 2>/dev/null)" = "$RUN/root" ] && echo "${p#/proc/}"
+    done
+    return 0
+}
+
 # `[--run DIR]`, the one option of stop.sh and reset.sh: sets RUN and SLURM_CONF.
 lab_run_option() {  # USAGE ARGS...
     local usage=$1; shift
@@ -65,4 +112,5 @@ lab_run_option() {  # USAGE ARGS...
     done
     lab_check_run
     export SLURM_CONF="$RUN/etc/slurm.conf"
+    lab_enter_root
 }
