@@ -216,11 +216,16 @@ trap 'rc=$?; [ "$rc" = 0 ] || { echo "slurm lab: start failed; stopping what was
       ATTENTIVED_LAB_RUN="$RUN" bash "$LAB_HERE/stop.sh" >&2; exit "$rc"; }' EXIT
 
 # Slurm picks its role from argv[0]: Debian installs slurmctld-wlm etc., and started under those
-# names slurmd drops the GRES (gpu) silently. Run them through links with the canonical names
-# (in a lab with a Debian root they resolve inside it, where the daemons run).
-ln -s /usr/sbin/slurmctld-wlm "$RUN/bin/slurmctld"
-ln -s /usr/sbin/slurmd-wlm "$RUN/bin/slurmd"
-ln -s /usr/sbin/slurmstepd-wlm "$RUN/bin/slurmstepd"
+# names slurmd drops the GRES (gpu) silently. Run them through links with the canonical names:
+# to the host's binaries, or with a Debian root to RUN/bin/daemon, which runs the root's (and
+# enters the root first when started from the host).
+if [ -n "$ROOTFS" ]; then
+    render "$LAB_HERE/daemon.in" "$RUN/bin/daemon"
+    chmod 755 "$RUN/bin/daemon"
+    for d in slurmctld slurmd slurmstepd; do ln -s "$RUN/bin/daemon" "$RUN/bin/$d"; done
+else
+    for d in slurmctld slurmd slurmstepd; do ln -s "/usr/sbin/$d-wlm" "$RUN/bin/$d"; done
+fi
 
 if [ -n "$USERS$OPERATOR" ]; then
     # shellcheck disable=SC2086

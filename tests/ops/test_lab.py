@@ -31,7 +31,7 @@ def _conf_lines(path: Path) -> list[str]:
 # ---- without Slurm ---------------------------------------------------------------------------
 def test_scripts_are_package_data():
     here = scripts_dir()
-    for name in (*SCRIPTS, "slurm.conf.in", "gres.conf.in", "client.in", "topology.conf", "cgroup.conf"):
+    for name in (*SCRIPTS, "slurm.conf.in", "gres.conf.in", "client.in", "daemon.in", "topology.conf", "cgroup.conf"):
         assert (here / name).is_file(), name
     for name in SCRIPTS:
         subprocess.run(["bash", "-n", str(here / name)], check=True, timeout=10)
