@@ -97,6 +97,12 @@ def test_squeue_json_parses_and_the_backend_reads_the_lab(lab):
     assert snap.job(str(job)) is not None
     assert sorted(n.name for n in snap.nodes) == lab.node_names()
     assert {n.gpus for n in snap.nodes} == {8}
+    if lab.client_bin.is_dir():  # or the daemon's slurm_bin_dir pointed at the lab's clients
+        direct = CliBackend(slurm_conf=str(lab.slurm_conf), bin_dir=str(lab.client_bin))
+        try:
+            assert direct.version() == snap.version
+        finally:
+            direct.close()
 
 
 def priorities(lab: Lab, jobs: list[int]) -> list[int]:
