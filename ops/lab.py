@@ -213,7 +213,11 @@ class Lab:
         ships it). LabError, saying what failed, when the root cannot be built."""
         if not self.slurm:
             return None
-        out = _run_script("root.sh", [self.slurm], env=self._script_env(), timeout=timeout)
+        try:
+            out = _run_script("root.sh", [self.slurm], env=self._script_env(), timeout=timeout)
+        except LabError as exc:  # root.sh's last line names the step that failed
+            lines = exc.output.strip().splitlines()
+            raise LabError(lines[-1].removeprefix("slurm lab: ") if lines else str(exc), exc.output) from None
         lines = out.strip().splitlines()
         return Path(lines[-1]) if lines and lines[-1].startswith("/") else None
 
