@@ -59,9 +59,11 @@ def _ensure_slurm(lab: Lab) -> None:
             _unavailable(f"Slurm is not installed and installing it failed: {exc}")
 
 
-def _lab_session(lab: Lab) -> Iterator[Lab]:
-    """The running lab for a test session, its clients first on PATH: one already running with
-    these settings is reset and left running, any other is (re)started and stopped at the end."""
+def _lab_session(lab: Lab, own_path: bool) -> Iterator[Lab]:
+    """The running lab for a test session: one already running with these settings is reset
+    and left running, any other is (re)started and stopped at the end. ``own_path``: its
+    clients come first on this process's PATH for the session (the session's main lab only:
+    a second lab of another version must not take the first one's commands)."""
     _ensure_slurm(lab)
     with lab.exclusive():
         info = lab.info()
@@ -76,7 +78,8 @@ def _lab_session(lab: Lab) -> Iterator[Lab]:
             started = True
         try:
             with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("PATH", lab.env()["PATH"])
+                if own_path:
+                    mp.setenv("PATH", lab.env()["PATH"])
                 yield lab
         finally:
             if started:
@@ -85,14 +88,14 @@ def _lab_session(lab: Lab) -> Iterator[Lab]:
 
 @pytest.fixture(scope="session")
 def slurm_lab():
-    yield from _lab_session(Lab())
+    yield from _lab_session(Lab(), own_path=True)
 
 
 @pytest.fixture(scope="session")
 def slurm_lab_2411():
     run_dir = os.environ.get("ATTENTIVED_LAB_2411_RUN") or "/tmp/attentived-lab-2411"
     port_base = int(os.environ.get("ATTENTIVED_LAB_2411_PORT_BASE") or 17717)
-    yield from _lab_session(Lab(run_dir, port_base=port_base, slurm="24.11"))
+    yield from _lab_session(Lab(run_dir, port_base=port_base, slurm="24.11"), own_path=False)
 
 
 @pytest.fixture

@@ -43,8 +43,11 @@ def wait_for(pred, timeout: float = 15.0, what: str = "condition"):
 
 
 @pytest.fixture
-def lab(slurm_lab_2411: Lab) -> Lab:
+def lab(slurm_lab_2411: Lab, monkeypatch) -> Lab:
+    """The 24.11 lab, reset, with its client commands first on this process's PATH for the
+    test (the session's 22.05 lab keeps the host's clients for the other tests)."""
     slurm_lab_2411.reset()
+    monkeypatch.setenv("PATH", slurm_lab_2411.env()["PATH"])
     return slurm_lab_2411
 
 
