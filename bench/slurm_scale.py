@@ -58,10 +58,12 @@ GPUS_PER_NODE = 8
 NODES_PER_SWITCH = 4
 BUSY = 0.97
 
-#: (fixture dir, running job id, pending job id, node file, node name) of each version's templates.
+#: (fixture dir, node file) of each version's templates: both recordings hold record.sh's mix,
+#: whose scenario.json names the templates, the running job "run_a" (4 GPUs on node1, a MIXED
+#: node) and the pending job "pend_a".
 TEMPLATES = {
-    "22.05": ("slurm-22.05", 5, 8, "sinfo.json", "node1"),
-    "24.11": ("slurm-24.11", 9, 10, "scontrol-show-nodes.json", "node2"),
+    "22.05": ("slurm-22.05", "sinfo.json"),
+    "24.11": ("slurm-24.11", "scontrol-show-nodes.json"),
 }
 #: The files the stub commands serve, per version: (jobs, nodes, reservations).
 FILES = {
@@ -298,14 +300,15 @@ class Renderer:
         if version not in TEMPLATES:
             raise ValueError(f"version must be one of {', '.join(TEMPLATES)}, got {version!r}")
         self.version = version
-        folder, run_id, pend_id, node_file, node_name = TEMPLATES[version]
+        folder, node_file = TEMPLATES[version]
+        scenario = json.loads((FIXTURES / folder / "scenario.json").read_text())["jobs"]
         squeue = json.loads((FIXTURES / folder / "squeue.json").read_text())
         by_id = {j["job_id"]: j for j in squeue["jobs"]}
         self.squeue_head = {k: v for k, v in squeue.items() if k != "jobs"}
-        self.running, self.pending = by_id[run_id], by_id[pend_id]
+        self.running, self.pending = by_id[scenario["run_a"]], by_id[scenario["pend_a"]]
         nodes = json.loads((FIXTURES / folder / node_file).read_text())
         self.nodes_head = {k: v for k, v in nodes.items() if k != "nodes"}
-        self.node = next(n for n in nodes["nodes"] if n["name"] == node_name)
+        self.node = next(n for n in nodes["nodes"] if n["name"] == "node1")
         self.gres_type = self.running["gres_detail"][0].split(":")[1]  # gpu:h100:4(IDX:0-3) -> h100
         self.tres_prefix = self.running["tres_per_node"].rsplit(":", 1)[0]  # gres:gpu / gres/gpu
 

@@ -5,8 +5,11 @@ The lab itself is a set of shell scripts shipped as package data in ``attentived
 and N slurmd ("node1".."nodeN") with 8 fake H100 GPUs each and, unless ``accounting=False``,
 slurmdbd on its own MariaDB (an account "lab" with the users, the service user
 ``attentived`` an operator), all running as root under a run directory (default
-``/tmp/attentived-lab``). This module starts and stops it and runs Slurm
-commands against it, always with argv lists and timeouts::
+``/tmp/attentived-lab``). ``slurm="24.11"`` (or ``ATTENTIVED_LAB_SLURM``) runs Slurm 24.11:
+the host's own packages on Debian 13, on Debian 12 a Debian 13 root built once (``prepare()``)
+in which every daemon and, through ``run_dir/client-bin``, every client command runs. This
+module starts and stops it and runs Slurm commands against it, always with argv lists and
+timeouts::
 
     from attentived.ops.lab import Lab
 
@@ -58,6 +61,7 @@ OPERATOR = "attentived"
 PARTITIONS = ("main", "other")
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_SLURM_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
 # processes that belong to a lab: these executables, naming the run dir (see common.sh)
 _DAEMON_EXES = ("slurmctld", "slurmd", "slurmstepd", "munged", "mariadbd", "mysqld")
 # the environment user submissions run with (a job inherits its submitter's environment)
@@ -141,8 +145,12 @@ class Lab:
                  sched_params: str | None = None, extra_conf: str | None = None,
                  warmup: bool = True, users: Iterable[str] = USERS,
                  accounting: bool = True, operator: str | None = OPERATOR,
-                 timeout: float = 30) -> None:
+                 slurm: str | None = None, timeout: float = 30) -> None:
         self.run_dir = Path(run_dir or os.environ.get("ATTENTIVED_LAB_RUN") or DEFAULT_RUN_DIR)
+        # "": the host's own Slurm; None: ATTENTIVED_LAB_SLURM decides (unset: the host's)
+        self.slurm = os.environ.get("ATTENTIVED_LAB_SLURM", "") if slurm is None else slurm
+        if self.slurm and not _SLURM_VERSION.match(self.slurm):
+            raise ValueError(f"bad Slurm version {self.slurm!r} (e.g. '24.11')")
         self.nodes = int(nodes)
         self.nodes_per_switch = int(nodes_per_switch)
         env_port = os.environ.get("ATTENTIVED_LAB_PORT_BASE")
@@ -161,12 +169,19 @@ class Lab:
         self.timeout = timeout
 
     def __repr__(self) -> str:
-        return f"Lab(run_dir={str(self.run_dir)!r}, nodes={self.nodes}, port_base={self.port_base})"
+        slurm = f", slurm={self.slurm!r}" if self.slurm else ""
+        return f"Lab(run_dir={str(self.run_dir)!r}, nodes={self.nodes}, port_base={self.port_base}{slurm})"
 
     # ---- paths ---------------------------------------------------------------------------
     @property
     def slurm_conf(self) -> Path:
         return self.run_dir / "etc" / "slurm.conf"
+
+    @property
+    def client_bin(self) -> Path:
+        """Where a lab whose Slurm runs in a Debian root keeps its client commands (which run
+        inside that root); absent for a lab of the host's own Slurm."""
+        return self.run_dir / "client-bin"
 
     @property
     def jobs_dir(self) -> Path:
@@ -187,14 +202,32 @@ class Lab:
     def _script_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["ATTENTIVED_LAB_RUN"] = str(self.run_dir)
+        env["ATTENTIVED_LAB_SLURM"] = self.slurm
         env.pop("SLURM_CONF", None)
         return env
 
+    def prepare(self, timeout: float = 1800) -> Path | None:
+        """The Debian root this lab's Slurm runs in, built first when missing (root.sh: root
+        and network to the Debian mirror, about a minute; cached for every later start).
+        None when the host's own Slurm serves (no ``slurm`` asked, or the host's release
+        ships it). LabError, saying what failed, when the root cannot be built."""
+        if not self.slurm:
+            return None
+        try:
+            out = _run_script("root.sh", [self.slurm], env=self._script_env(), timeout=timeout)
+        except LabError as exc:  # root.sh's last line names the step that failed
+            lines = exc.output.strip().splitlines()
+            raise LabError(lines[-1].removeprefix("slurm lab: ") if lines else str(exc), exc.output) from None
+        lines = out.strip().splitlines()
+        return Path(lines[-1]) if lines and lines[-1].startswith("/") else None
+
     def start(self, timeout: float = 180) -> float:
-        """Wipe the run dir and start the lab; returns the seconds it took.
+        """Wipe the run dir and start the lab; returns the seconds the start took (building
+        the Debian root a ``slurm`` version may need, ``prepare()``, comes first, uncounted).
 
         Raises LabError when it is already running (``stop()`` first) or does not come up.
         """
+        self.prepare()
         env = self._script_env()
         env["ATTENTIVED_LAB_USERS"] = " ".join(self.users)
         env["ATTENTIVED_LAB_WARMUP"] = "1" if self.warmup else "0"
@@ -206,6 +239,8 @@ class Lab:
                 env[f"ATTENTIVED_LAB_{key}"] = value
         args = ["--nodes", str(self.nodes), "--nodes-per-switch", str(self.nodes_per_switch),
                 "--port-base", str(self.port_base)]
+        if self.slurm:
+            args += ["--slurm", self.slurm]
         t0 = time.monotonic()
         _run_script("start.sh", args, env=env, timeout=timeout)
         return time.monotonic() - t0
@@ -218,7 +253,8 @@ class Lab:
         return self.run_dir / "etc"
 
     def stop(self, timeout: float = 90) -> None:
-        """Cancel the lab's jobs and end all its daemons (files stay in the run dir)."""
+        """Cancel the lab's jobs, end all its daemons and unmount its Debian root, if it has
+        one (files stay in the run dir)."""
         if not self.run_dir.exists():
             return
         _run_script("stop.sh", env=self._script_env(), timeout=timeout)
@@ -244,14 +280,19 @@ class Lab:
         return f"{self.run_dir}/" in cmdline
 
     def processes(self) -> list[int]:
-        """PIDs of this lab's slurmctld/slurmd/slurmstepd/munged processes (via /proc)."""
+        """PIDs of this lab's slurmctld/slurmd/slurmstepd/munged/slurmdbd/MariaDB processes,
+        and of anything running inside its Debian root (via /proc)."""
         needle = f"{self.run_dir}/".encode()
         conf = f"SLURM_CONF={self.slurm_conf}".encode()
+        root = str(self.run_dir / "root")
         found = []
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             try:
+                if os.readlink(proc / "root") == root:
+                    found.append(int(proc.name))
+                    continue
                 exe = os.path.basename(os.readlink(proc / "exe"))
                 if not exe.startswith(_DAEMON_EXES):
                     continue
@@ -289,17 +330,22 @@ class Lab:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     # ---- Slurm commands ------------------------------------------------------------------
+    def _path(self, path: str) -> str:
+        """``path`` with the lab's own client commands first, when it has any (as env.sh)."""
+        return f"{self.client_bin}:{path}" if self.client_bin.is_dir() else path
+
     def env(self) -> dict[str, str]:
-        """``os.environ`` plus ``SLURM_CONF`` / ``ATTENTIVED_LAB_RUN`` of this lab, ready for
-        ``subprocess.run(["squeue"], env=lab.env())``."""
+        """``os.environ`` plus ``SLURM_CONF`` / ``ATTENTIVED_LAB_RUN`` of this lab and its client
+        commands first on ``PATH``, ready for ``subprocess.run(["squeue"], env=lab.env())``."""
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.slurm_conf)
         env["ATTENTIVED_LAB_RUN"] = str(self.run_dir)
+        env["PATH"] = self._path(env.get("PATH", _USER_PATH))
         return env
 
     def user_env(self) -> dict[str, str]:
         """The small environment commands run as a demo user get (and their jobs inherit)."""
-        return {"PATH": _USER_PATH, "LANG": os.environ.get("LANG", "C.UTF-8"),
+        return {"PATH": self._path(_USER_PATH), "LANG": os.environ.get("LANG", "C.UTF-8"),
                 "SLURM_CONF": str(self.slurm_conf)}
 
     def command(self, argv: Sequence[str], user: str | None = None) -> list[str]:

@@ -6,7 +6,14 @@
   by hand) is reused and left running. Installs Slurm when it is missing and this is root.
   Skips when the lab cannot run here (not root, Slurm missing and not installable), unless
   ATTENTIVED_LAB_REQUIRED=1 or CI is set: then that is a test error instead.
-  ATTENTIVED_LAB_INSTALL=0 forbids the automatic install.
+  ATTENTIVED_LAB_INSTALL=0 forbids the automatic install. ATTENTIVED_LAB_SLURM=24.11 runs it
+  on Slurm 24.11 (a Debian 13 root on a Debian 12 host; see docs/slurm-lab.md): its client
+  commands then come first on this process's PATH for the session, so code that runs
+  ``squeue`` itself (the daemon's backend) reaches that Slurm too.
+- ``slurm_lab_2411`` (session): a second lab on Slurm 24.11 in its own run dir and ports
+  ($ATTENTIVED_LAB_2411_RUN, default /tmp/attentived-lab-2411; $ATTENTIVED_LAB_2411_PORT_BASE,
+  default 17717), for the tests of that version; skips (or fails, as above) with the reason
+  when its Debian root cannot be built (not root, no debootstrap, no network to the mirror).
 - ``clean_lab`` (function): the same lab after ``reset()`` (no jobs, no reservations, all
   nodes idle and in service).
 """
@@ -14,6 +21,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -32,10 +40,16 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def slurm_lab():
+def _ensure_slurm(lab: Lab) -> None:
+    """The lab's Slurm is there: its Debian root built (lab.slurm not the host's own), or the
+    host's packages installed; else skip (or fail) saying why."""
     if os.geteuid() != 0:
         _unavailable("the Slurm lab runs slurmd/munged as root: run the slurm tests as root")
+    try:
+        if lab.prepare() is not None:
+            return
+    except LabError as exc:
+        _unavailable(f"no Debian root with Slurm {lab.slurm} for the lab: {exc}")
     if not slurm_installed():
         if os.environ.get("ATTENTIVED_LAB_INSTALL") == "0":
             _unavailable("Slurm is not installed (bash attentived/slurmlab/install.sh)")
@@ -43,10 +57,19 @@ def slurm_lab():
             install()
         except LabError as exc:
             _unavailable(f"Slurm is not installed and installing it failed: {exc}")
-    lab = Lab()
+
+
+def _lab_session(lab: Lab, own_path: bool) -> Iterator[Lab]:
+    """The running lab for a test session: one already running with these settings is reset
+    and left running, any other is (re)started and stopped at the end. ``own_path``: its
+    clients come first on this process's PATH for the session (the session's main lab only:
+    a second lab of another version must not take the first one's commands)."""
+    _ensure_slurm(lab)
     with lab.exclusive():
+        info = lab.info()
         started = False
-        if lab.is_running() and lab.info().get("nodes") == str(lab.nodes) and lab.info().get("accounting") == "1":
+        if (lab.is_running() and info.get("nodes") == str(lab.nodes) and info.get("accounting") == "1"
+                and info.get("slurm", "").startswith(lab.slurm)):
             lab.reset()
         else:
             if lab.is_running():
@@ -54,10 +77,25 @@ def slurm_lab():
             lab.start()
             started = True
         try:
-            yield lab
+            with pytest.MonkeyPatch.context() as mp:
+                if own_path:
+                    mp.setenv("PATH", lab.env()["PATH"])
+                yield lab
         finally:
             if started:
                 lab.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_lab():
+    yield from _lab_session(Lab(), own_path=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_lab_2411():
+    run_dir = os.environ.get("ATTENTIVED_LAB_2411_RUN") or "/tmp/attentived-lab-2411"
+    port_base = int(os.environ.get("ATTENTIVED_LAB_2411_PORT_BASE") or 17717)
+    yield from _lab_session(Lab(run_dir, port_base=port_base, slurm="24.11"), own_path=False)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ for part in main other; do scontrol update PartitionName="$part" State=UP; done
 # a test may have killed a slurmd to fake a node failure: bring it back
 for ((i = 1; i <= NODES; i++)); do
     lab_alive "$(lab_pid_of "slurmd-node$i")" ||
-        "$RUN/bin/slurmd" -f "$SLURM_CONF" -N "node$i" -d "$RUN/bin/slurmstepd"
+        "${IN_ROOT[@]}" "$RUN/bin/slurmd" -f "$SLURM_CONF" -N "node$i" -d "$RUN/bin/slurmstepd"
 done
 
 nodes=$(sinfo -h -N -t drain,down,fail,maint -o %N | sort -u | paste -sd, -)

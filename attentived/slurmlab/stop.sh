@@ -1,9 +1,10 @@
 #!/bin/bash
 # Stop the attentived Slurm lab: cancel its jobs, end its daemons (pid files first, then any
 # lab daemon (slurmctld, slurmd, slurmstepd, slurmdbd, MariaDB, munged) that still names the
-# run dir), keep its files.
+# run dir), then, for a lab whose Slurm runs in a Debian root (start.sh --slurm), whatever still
+# runs in that root, and unmount it in reverse order; keep its files.
 #   bash stop.sh [--run DIR]        (default $ATTENTIVED_LAB_RUN or /tmp/attentived-lab)
-# Exit 0 when nothing of the lab is left running.
+# Exit 0 when nothing of the lab is left running or mounted.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 lab_run_option "stop.sh [--run DIR]" "$@"
@@ -58,10 +59,19 @@ mapfile -t orphans < <(lab_job_processes)
 [ ${#db[@]} -eq 0 ] || term_all "${db[@]}"
 [ ${#munge[@]} -eq 0 ] || term_all "${munge[@]}"
 rm -f "$RUN"/pid/*.pid 2>/dev/null
+# anything else in the lab's root (a job or client left over): the root cannot go while it runs
+mapfile -t rest < <(lab_root_processes)
+[ ${#rest[@]} -eq 0 ] || term_all "${rest[@]}"
+lab_umount_under "$RUN" || echo "slurm lab: could not unmount everything under $RUN" >&2
 
-left=$(lab_processes | tr '\n' ' ')
+left=$({ lab_processes; lab_root_processes; } | sort -un | tr '\n' ' ')
 if [ -n "${left// }" ]; then
     echo "slurm lab: processes still running: $left" >&2
+    exit 1
+fi
+mounted=$(lab_mounts_under "$RUN" | tr '\n' ' ')
+if [ -n "${mounted// }" ]; then
+    echo "slurm lab: still mounted: $mounted" >&2
     exit 1
 fi
 echo "slurm lab: stopped${stopped:+ (pids:$stopped)}"

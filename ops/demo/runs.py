@@ -328,7 +328,7 @@ class Demo:
             f"seed = {self.o.seed}\nmetrics_port = 0\nlog_format = \"json\"\nlog_level = \"info\"\n")
         self.daemon_log = demo_dir / "attentived.log"
         argv = [sys.executable, "-m", "attentived", "start", "--config", str(cfg)]
-        env = dict(os.environ, SLURM_CONF=str(lab.slurm_conf))
+        env = lab.env()  # SLURM_CONF, and the lab's own client commands first on PATH (a 24.11 lab's)
         env.pop("NOTIFY_SOCKET", None)
         status = state_dir / "status.json"
         status.unlink(missing_ok=True)  # a kept cluster's earlier run must not pass for this daemon's first cycle

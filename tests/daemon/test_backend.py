@@ -89,7 +89,8 @@ def test_snapshot_24_11_uses_scontrol_json(tmp_path, monkeypatch):
     be, log = _stubs(tmp_path, "24.11.5", FIX / "slurm-24.11", monkeypatch)
     snap = be.snapshot()
     assert snap.version == SlurmVersion(24, 11, 5)
-    assert {n.name for n in snap.nodes} == {"node1", "node2", "node3", "node4"} and snap.reservations[0].name == "r1"
+    assert {n.name for n in snap.nodes} == {"node1", "node2", "node3", "node4"}
+    assert [r.name for r in snap.reservations] == ["alice_now", "maint_later"]
     assert ["scontrol", "show", "nodes", "--json"] in _argv_log(log)
     assert "read_jobs" in snap.timings
 

@@ -26,15 +26,14 @@ from attentived.daemon.slurm_json import (
 FIX = Path(__file__).parent / "fixtures"
 R22 = FIX / "slurm-22.05"
 R24 = FIX / "slurm-24.11"
-SCENARIO = json.loads((R22 / "scenario.json").read_text())["jobs"]
+RECORDINGS = {"22.05": R22, "24.11": R24}  # the same mix, recorded live on each (record.sh)
 
 
-def _jobs22():
-    return {j.job_id: j for j in parse_squeue((R22 / "squeue.json").read_text()).jobs}
-
-
-def _by_name(name):
-    return _jobs22()[str(SCENARIO[name])]
+def _mix(version):
+    """The recorded mix of ``version`` by scenario name (``run_a``, ``held``...), parsed."""
+    rec = RECORDINGS[version]
+    jobs = {j.job_id: j for j in parse_squeue((rec / "squeue.json").read_text()).jobs}
+    return {name: jobs[str(i)] for name, i in json.loads((rec / "scenario.json").read_text())["jobs"].items()}
 
 
 def test_version_from_meta_both_generations():
@@ -47,36 +46,44 @@ def test_version_from_meta_both_generations():
         SlurmVersion.parse("no version here")
 
 
-def test_22_05_job_mix():
-    run_a, run_b, run_c = _by_name("run_a"), _by_name("run_b"), _by_name("run_c")
+@pytest.mark.parametrize("version", sorted(RECORDINGS))
+def test_job_mix(version):
+    mix = _mix(version)
+    run_a, run_b, run_c = mix["run_a"], mix["run_b"], mix["run_c"]
     assert (run_a.user, run_a.state, run_a.gpus, run_a.nodes) == ("alice", "RUNNING", 4, ("node1",))
     assert dict(run_a.gpu_indices) == {"node1": (0, 1, 2, 3)}
     assert run_b.gpus == 16 and run_b.gpus_per_node == 8 and run_b.num_nodes == 2 and run_b.per_node_fixed
     assert dict(run_b.gpu_indices) == {"node3": tuple(range(8)), "node4": tuple(range(8))}
     assert run_c.partition == "other" and dict(run_c.gpu_indices) == {"node1": (4, 5)}
-    pend_a, pend_b = _by_name("pend_a"), _by_name("pend_b")
+    pend_a, pend_b = mix["pend_a"], mix["pend_b"]
     assert pend_a.pending and pend_a.eligible and pend_a.gpus == 8 and pend_a.num_nodes == 1
     assert pend_b.priority == 5000 and pend_b.eligible
-    assert _by_name("held").held and not _by_name("held").eligible
-    assert _by_name("admin_held").held and _by_name("admin_held").reason == "JobHeldAdmin"
-    pinned = _by_name("pinned")
+    assert mix["held"].held and not mix["held"].eligible
+    assert mix["admin_held"].held and mix["admin_held"].reason == "JobHeldAdmin"
+    pinned = mix["pinned"]
     assert pinned.required_nodes == ("node4",) and pinned.excluded_nodes == ("node1",)
-    multi = _by_name("multi")
+    multi = mix["multi"]
     assert multi.gpus == 16 and multi.num_nodes == 2 and multi.gpus_per_node == 8
-    done_b = _by_name("done_b")
+    done_b = mix["done_b"]
     assert done_b.finished and done_b.gpus == 2 and done_b.start_time and done_b.end_time
-    assert _by_name("failed").state == "FAILED" and _by_name("cancelled").state == "CANCELLED"
-    assert _by_name("warmup").time_limit is None  # UNLIMITED
+    assert mix["failed"].state == "FAILED" and mix["cancelled"].state == "CANCELLED"
+    assert mix["warmup"].time_limit is None  # UNLIMITED
 
 
 def test_24_11_wrapped_numbers_and_list_states():
-    jobs = {j.job_id: j for j in parse_squeue((R24 / "squeue.json").read_text()).jobs}
-    run, pend = jobs["9"], jobs["10"]
-    assert run.state == "RUNNING" and run.gpus == 3 and dict(run.gpu_indices) == {"node2": (0, 1, 2)}
-    assert run.start_time == 1795987890.0 and run.time_limit is None and run.priority == 1
-    assert pend.state == "PENDING" and pend.gpus == 32 and pend.num_nodes == 4 and not pend.held
+    """What 24.11 prints differently, read to the same records: list states, numbers wrapped
+    in {set, infinite, number}, "hold": true; `scontrol show job --json` is squeue's twin."""
+    raw = json.loads((R24 / "squeue.json").read_text())
+    ids = json.loads((R24 / "scenario.json").read_text())["jobs"]
+    rec = {j["job_id"]: j for j in raw["jobs"]}
+    assert rec[ids["run_a"]]["job_state"] == ["RUNNING"] and rec[ids["held"]]["hold"] is True
+    assert rec[ids["pend_b"]]["priority"] == {"set": True, "infinite": False, "number": 5000}
+    assert rec[ids["warmup"]]["time_limit"] == {"set": False, "infinite": True, "number": 0}
+    assert rec[ids["run_a"]]["tres_per_node"] == "gres/gpu:4"
+    run_a = _mix("24.11")["run_a"]
+    assert run_a.start_time == float(rec[ids["run_a"]]["start_time"]["number"]) and run_a.priority == 1
     one = parse_squeue((R24 / "scontrol-show-job.json").read_text(), source="scontrol show job --json").jobs
-    assert [(j.job_id, j.name, j.state, j.priority, j.gpus) for j in one] == [("4", "A", "COMPLETED", 100, 32)]
+    assert {j.job_id: j for j in one} == {j.job_id: j for j in parse_squeue(json.dumps(raw)).jobs}
 
 
 def test_nodes_22_05_sinfo_and_24_11_scontrol():
@@ -86,16 +93,18 @@ def test_nodes_22_05_sinfo_and_24_11_scontrol():
     assert n22["node3"].gpus_used == 8 and n22["node1"].features == ("rack1", "sw1")
     assert n22["node1"].partitions == ("main", "other") and n22["node1"].gpu_type == "h100"
     n24 = {n.name: n for n in parse_nodes((R24 / "scontrol-show-nodes.json").read_text())}
-    assert n24["node2"].state == "MIXED" and n24["node2"].used_indices == (0, 1, 2) and n24["node1"].state == "IDLE"
-    assert n24["node4"].features == ("rack2", "sw2")
+    assert n24 == n22  # the same mix: the per-node view of 24.11's scontrol is 22.05's sinfo
     with pytest.raises(SlurmParseError, match="grouped sinfo"):
         parse_sinfo((R24 / "sinfo.json").read_text())
 
 
 def test_reservations_json():
-    (r,) = parse_reservations((R24 / "scontrol-show-reservation.json").read_text())
-    assert r.name == "r1" and r.nodes == ("node3",) and r.users == ("root",)
-    assert r.active(r.start_time + 1) and not r.active(r.end_time + 1)
+    now, later = parse_reservations((R24 / "scontrol-show-reservation.json").read_text())
+    assert (now.name, now.nodes, now.users, now.flags) == ("alice_now", ("node1",), ("alice",), ("IGNORE_JOBS", "SPEC_NODES"))
+    assert (later.name, later.nodes, later.flags) == ("maint_later", ("node3", "node4"), ("MAINT", "IGNORE_JOBS", "SPEC_NODES"))
+    # 24.11's JSON has no state: active() goes by the times (2 h apart)
+    assert now.state == "" and now.active(now.start_time + 1) and not now.active(now.end_time + 1)
+    assert not later.active(now.start_time + 1)
     assert parse_reservations('{"reservations": []}') == ()
 
 
@@ -133,7 +142,7 @@ def test_hostile_strings_come_back_verbatim(hostile):
         job["admin_comment"] = hostile
     jobs = parse_squeue(json.dumps(data)).jobs
     assert all(j.name == hostile and j.comment == hostile and j.account == hostile for j in jobs)
-    assert [j.state for j in jobs] == [j.state for j in _jobs22().values()]
+    assert [j.state for j in jobs] == [j.state for j in parse_squeue((R22 / "squeue.json").read_text()).jobs]
     # Slurm has printed raw control characters inside strings: still parsed (strict=False)
     raw = json.dumps(data, ensure_ascii=False).replace("\\n", "\n").replace("\\t", "\t")
     if "\\u0000" not in raw:
