@@ -95,6 +95,13 @@ def _slurmctld_pid(lab) -> int:
     return int((lab.run_dir / "pid" / "slurmctld.pid").read_text().strip())
 
 
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
 def _restart_slurmctld(lab) -> None:
     subprocess.run([str(lab.run_dir / "bin" / "slurmctld"), "-f", str(lab.slurm_conf)], env=lab.env(), check=True,
                    timeout=30)
@@ -213,16 +220,21 @@ def _slurmctld_killed_then_restarted(lab, tmp_path):
         lab.submit(user, gpus, script="sleep 120")
     # attach mode: the whole-node hold becomes a reservation, which the restart must keep
     eng = runner_for(lab, tmp_path, interval=0.2, backoff_max=1.0, command_timeout=3, hold_mode="attach")
-    t_cycle = time.time() - 1
+    # a SIGKILLed slurmctld loses what it had not saved yet: wait for a state save that wrote
+    # job_state and resv_state after this point, so that it holds the running blockers and this
+    # cycle's reservation and job updates. slurmctld saves at most every 5 s, both files in one
+    # pass; a pass from before the cycle (an mtime >= "now - 1 s" accepted one, with resv_state
+    # written for reset.sh's reservation deletes or the 5-minute checkpoint) can predate the
+    # blockers' start: restarted from it, slurmctld had them PENDING or not at all and killed the
+    # batch steps their slurmds reported ("Registered PENDING JobId=..." / "Orphan StepId=...").
+    state = lab.run_dir / "state"
+    saved = {f: _mtime_ns(state / f) for f in ("resv_state", "job_state")}
     r = eng.run_cycle()
     assert r.ok, r.error
     before = dict(ours(lab))
     prios = {k: v["Priority"] for k, v in jobs_now(lab).items() if v["JobState"] == "PENDING"}
-    # a SIGKILLed slurmctld loses what it had not saved yet: wait for its state save to hold
-    # this cycle's reservation and job updates, as it would on a production controller
-    state = lab.run_dir / "state"
-    wait_until(lambda: all((state / f).exists() and (state / f).stat().st_mtime >= t_cycle
-                           for f in ("resv_state", "job_state")), timeout=20, what="slurmctld state save")
+    wait_until(lambda: all(_mtime_ns(state / f) not in (None, saved[f]) for f in saved), timeout=20,
+               what="slurmctld state save")
     os.kill(_slurmctld_pid(lab), signal.SIGKILL)
     wait_until(lambda: not lab.is_running(), timeout=10, what="slurmctld gone")
     failed, delays, t_end = 0, [], time.monotonic() + 6
