@@ -135,9 +135,9 @@ class SlurmMultifactor:
 
     As in slurmctld, a job's priority is set when it is submitted and recomputed only at
     the calculation ticks, every ``calc_period`` seconds (PriorityCalcPeriod) from
-    ``calc_offset``; usage too is summed only at the ticks (a job that ends between two
-    ticks is counted whole at the next, not before). So the chooser keeps each job's
-    priority between ticks: one chooser per replay, as `make_policy` gives.
+    ``calc_offset``, and usage too is summed only at the ticks: service after the last tick
+    counts at the next. So the chooser keeps each job's priority between ticks: one
+    chooser per replay, as `make_policy` gives.
 
     Run with first-fit and backfill it emulates a Slurm site; ``weight_fairshare=0`` is
     a site without slurmdbd.
@@ -151,23 +151,36 @@ class SlurmMultifactor:
     max_age: float = 7 * 86_400.0
     calc_period: float = 300.0
     calc_offset: float = 0.0
-    _tick: float = field(default=-math.inf, init=False, repr=False, compare=False)
+    _tick: int | None = field(default=None, init=False, repr=False, compare=False)
     _priority: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     _usage: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: The running jobs the last call saw: {job id: (user, GPUs, start)}; a job gone since ended
+    #: after the tick, and its service past the tick is not in slurmctld's sum yet either.
+    _seen_running: dict[str, tuple[str, int, float]] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
 
     def rank(self, state: ClusterState) -> Ranking:
+        prio = self.priorities(state)
+        return _rank_by(state, -np.array([prio[j.job_id] for j in state.pending]))
+
+    def priorities(self, state: ClusterState) -> dict[str, float]:
+        """Each pending job's priority as slurmctld holds it now (what ``sprio`` shows):
+        set at the job's first sight, recomputed for all at each calculation tick."""
         q = state.queue
-        tick = state.now - (state.now - self.calc_offset) % self.calc_period
-        if tick != self._tick:  # a calculation tick passed: usage summed, every pending job anew
-            self._tick, self._priority, self._usage = tick, {}, self.usage_at(state, tick)
+        k = math.floor((state.now - self.calc_offset) / self.calc_period)  # the tick's index
+        if k != self._tick:  # a calculation tick passed: usage summed, every pending job anew
+            tick = self.calc_offset + k * self.calc_period
+            self._tick, self._priority, self._usage = k, {}, self.usage_at(state, tick)
+        self._seen_running = {r.job_id: (r.user, r.num_gpus, r.start_time) for r in state.running}
         new = np.array([j.job_id not in self._priority for j in state.pending], dtype=bool)
         if new.any():
+            # the weighted factors summed, then truncated, as priority/multifactor does
             age = np.minimum(np.maximum(state.now - q.submit, 0.0) / self.max_age, 1.0)
-            prio = (np.floor(self.weight_age * age) + np.floor(self.weight_size * self.size_factors(state))
-                    + np.floor(self.weight_fairshare * self.fairshare_factors(q.users)[q.user]))
+            prio = np.floor(self.weight_age * age + self.weight_size * self.size_factors(state)
+                            + self.weight_fairshare * self.fairshare_factors(q.users)[q.user])
             for i in np.flatnonzero(new).tolist():
                 self._priority[state.pending[i].job_id] = float(prio[i])
-        return _rank_by(state, -np.array([self._priority[j.job_id] for j in state.pending]))
+        return self._priority
 
     @staticmethod
     def size_factors(state: ClusterState) -> np.ndarray:
@@ -181,14 +194,18 @@ class SlurmMultifactor:
         cpus = np.array([max(j.cpus, 1) for j in state.pending], dtype=float)
         return (node_share + np.maximum(cpus, nodes) / total_cpus) / 2
 
-    @staticmethod
-    def usage_at(state: ClusterState, tick: float) -> dict[str, float]:
+    def usage_at(self, state: ClusterState, tick: float) -> dict[str, float]:
         """GPU-seconds per user as slurmctld summed them at ``tick`` (at or before
-        ``state.now``): running jobs count up to the tick; every user known has an entry."""
+        ``state.now``): the running jobs' service after the tick is not in it, nor that of
+        jobs that ran past the tick and ended since the last call (taken to have ended now:
+        a replay decides when a job ends); every user known has an entry."""
         served = dict(state.attained_service)
-        for r in state.running:
-            if r.user in served:
-                served[r.user] -= r.num_gpus * (state.now - max(r.start_time, tick))
+        running = {r.job_id for r in state.running}
+        after = [(r.user, r.num_gpus, r.start_time) for r in state.running]
+        after += [v for job, v in self._seen_running.items() if job not in running]
+        for user, gpus, start in after:
+            if user in served:
+                served[user] -= gpus * max(0.0, state.now - max(start, tick))
         for u in state.queue.users:
             served.setdefault(u, 0.0)
         return {u: max(0.0, v) for u, v in served.items()}

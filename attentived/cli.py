@@ -667,7 +667,7 @@ def demo(
                                                                        "run takes about two minutes)."),
     policy: str | None = typer.Option(None, "--policy", help="attentived's policy (default: attentive when its shipped model is there, else "
                                                              "fifo+consolidate)."),
-    seed: int = typer.Option(0, "--seed", help="Picks the trace window and the jobs' models."),
+    seed: int | None = typer.Option(None, "--seed", help="Picks the trace window and the jobs' models (default 0)."),
     seeds: str | None = typer.Option(None, "--seeds", help="Several demos, one per seed (e.g. 1,2,3; instead of --seed): each "
                                                            "one's table, then the mean and spread of the change and of the "
                                                            "simulator's prediction error (--out: one folder per seed and "
@@ -688,8 +688,10 @@ def demo(
 
     from .render_demo import live_view, result_table, seeds_table, write_outputs, write_seeds
 
+    if seeds is not None and seed is not None:
+        raise _fail("give --seed or --seeds, not both", 2)
     try:
-        seed_list = parse_seeds(seeds) if seeds is not None else [seed]
+        seed_list = parse_seeds(seeds) if seeds is not None else [seed or 0]
     except ValueError as e:
         raise _fail(str(e), 2) from None
     if keep_cluster and len(seed_list) > 1:
@@ -714,9 +716,9 @@ def demo(
             typer.echo(f"wrote {', '.join(str(f) for f in write_outputs(result, folder))}", err=True)
     if seeds is not None:
         summary = seeds_summary(results)
-        seeds_table(summary)
-        if out is not None:
+        if out is not None:  # first: the runs took minutes each
             typer.echo(f"wrote {write_seeds(summary, out)}", err=True)
+        seeds_table(summary)
     if keep_cluster:
         typer.echo(f"the demo's Slurm is still running: . {options.run_dir}/env.sh; squeue -t all "
                    f"(stop it: bash {Path(__file__).parent / 'slurmlab' / 'stop.sh'} --run {options.run_dir})", err=True)

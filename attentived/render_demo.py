@@ -222,12 +222,15 @@ def seeds_table(summary: dict[str, Any], console: Console | None = None) -> None
         cells.append("-" if row["jct_change"] is None else f"{100 * row['jct_change']:+.0f}%")
         table.add_row(*cells)
     o = summary["overall"]
+
+    def pct(s: dict[str, Any]) -> str:  # an error no seed could give (a live wait of 0) is "-"
+        return "-" if s["mean"] is None else f"{100 * s['mean']:+.0f} ± {100 * s['std']:.0f}%"
+
     if o["jct_change"]["mean"] is not None:
         cells = ["mean ± std"]
         for name in RUN_NAMES:
             jct, ej, ew = o[f"{name}.avg_jct"], o[f"{name}.avg_jct.error"], o[f"{name}.avg_wait.error"]
-            cells += [f"{jct['mean']:.1f} ± {jct['std']:.1f}s",
-                      f"{100 * ej['mean']:+.0f} ± {100 * ej['std']:.0f}% / {100 * ew['mean']:+.0f} ± {100 * ew['std']:.0f}%"]
+            cells += [f"{jct['mean']:.1f} ± {jct['std']:.1f}s", f"{pct(ej)} / {pct(ew)}"]
         c = o["jct_change"]
         cells.append(f"{100 * c['mean']:+.0f} ± {100 * c['std']:.0f}%")
         table.add_row(*cells, style="bold")

@@ -46,10 +46,13 @@ class AccountingWatch:
     """Probes accounting at most every ``interval`` seconds; ``health`` is None when Slurm
     keeps no accounting database (nothing to watch) or the check is off (``interval`` 0)."""
 
-    def __init__(self, interval: float, log: Any, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, interval: float, log: Any, clock: Callable[[], float] = time.time,
+                 timer: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval
         self.log = log
-        self.clock = clock
+        self.clock = clock  # what status shows (wall time)
+        self.timer = timer  # when the next probe is due: a clock step must not stop them
+        self._due = -float("inf")
         self.health: AccountingHealth | None = None
 
     def configure(self, storage: str, interval: float) -> None:
@@ -63,12 +66,16 @@ class AccountingWatch:
     def check(self, run: Callable[..., Any] | None) -> None:
         """Probe when due. ``run``: the backend's command runner (None: no commands to ask)."""
         h = self.health
-        now = self.clock()
-        if h is None or run is None or (h.checked and now - h.checked < self.interval):
+        if h is None or run is None or self.timer() < self._due:
             return
+        self._due = self.timer() + self.interval
+        now = self.clock()
         try:
             proc = run(list(PROBE), check=False, timeout=PROBE_TIMEOUT)
-            error = "" if proc.returncode == 0 else _last_line(proc.stderr) or f"sacctmgr exit {proc.returncode}"
+            if proc.returncode != 0:
+                error = _last_line(proc.stderr) or f"sacctmgr exit {proc.returncode}"
+            else:  # slurmdbd answered; no cluster at all means it could not ask its database
+                error = "" if proc.stdout.strip() else _last_line(proc.stderr) or "sacctmgr listed no cluster"
         except SlurmError as e:
             error = str(e)
         h.checked = now

@@ -260,25 +260,32 @@ ENDED_STATES = "BF,CA,CD,DL,F,NF,OOM,PR,TO"
 SOURCES = ("auto", "sacct", "jobcomp", "squeue")
 
 
-def _from_sacct(backend: Backend, since: float | None, until: float) -> list[Finished]:
+def _from_sacct(backend: Backend, conf: dict[str, str], since: float | None) -> list[Finished]:
+    acct = conf.get("AccountingStorageType", "")
+    if acct in ("", "accounting_storage/none"):
+        raise InspectError(f"--from sacct: this Slurm keeps no accounting (AccountingStorageType={acct or '(none)'}); "
+                           "use --from jobcomp or --from squeue", 2)
     run = getattr(backend, "run", None)
     if run is None:
         raise InspectError("sacct: this backend runs no Slurm commands", 2)
     # from the epoch's first second: sacct takes the epoch itself (0) for "not given", and then,
     # with -s, finds nothing
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since if since is not None else 1))
-    end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until))
-    # -s: jobs that ended in the window. Without it slurmdbd selects by eligibility and, on the
-    # lab (22.05), missed jobs that had ended a second or two before the query
-    proc = run(["sacct", "-a", "-X", "-P", "-o", ",".join(SACCT_FIELDS), "-s", ENDED_STATES, "-S", start, "-E", end],
-               timeout=600, check=False)
+    # -s: jobs that ended from --since until now (without it slurmdbd selects by eligibility
+    # and, on the lab (22.05), missed jobs that had ended a second or two before the query);
+    # the export keeps those submitted before --until, however late they ended
+    argv = ["sacct", "-a", "-X", "-P", "-o", ",".join(SACCT_FIELDS), "-s", ENDED_STATES, "-S", start, "-E", "now"]
+    try:
+        proc = run(argv, timeout=600, check=False)
+    except SlurmError as e:
+        raise InspectError(f"sacct did not answer: {e}") from None
     records = list(parse_sacct(proc.stdout, source="sacct")) if proc.returncode == 0 else []
     # a down slurmdbd makes sacct exit 1, but a down database behind a live slurmdbd exits 0
-    # with an empty answer: both only say so on stderr
-    errors = [ln.strip() for ln in (proc.stderr or "").splitlines() if "error" in ln.lower()] or [
-        f"sacct exit {proc.returncode}"]
-    if proc.returncode != 0 or (not records and proc.stderr.strip()):
-        raise InspectError(f"sacct could not read the accounting database: {errors[-1]} (slurmdbd or its database "
+    # with an empty answer: both say so only on stderr, with "error" lines
+    errors = [ln.strip() for ln in (proc.stderr or "").splitlines() if "error" in ln.lower()]
+    if proc.returncode != 0 or (not records and errors):
+        why = errors[-1] if errors else f"sacct exit {proc.returncode}"
+        raise InspectError(f"sacct could not read the accounting database: {why} (slurmdbd or its database "
                            "is down?); `--from jobcomp` exports from the job-completion file instead")
     return records
 
@@ -301,13 +308,12 @@ def _from_jobcomp(backend: Backend, conf: dict[str, str], notes: list[str]) -> t
         return "sacct -c", list(parse_sacct(proc.stdout, source="sacct -c"))
 
 
-def _sources(backend: Backend, conf: dict[str, str], since: float | None, until: float,
-             source: str) -> tuple[str, list[Finished], list[str]]:
+def _sources(backend: Backend, conf: dict[str, str], since: float | None, source: str) -> tuple[str, list[Finished], list[str]]:
     notes: list[str] = []
     acct = conf.get("AccountingStorageType", "")
     has_acct = bool(acct) and acct != "accounting_storage/none" and getattr(backend, "run", None) is not None
     if source == "sacct" or (source == "auto" and has_acct):
-        return "sacct", _from_sacct(backend, since, until), notes
+        return "sacct", _from_sacct(backend, conf, since), notes
     if source == "jobcomp" or (source == "auto" and conf.get("JobCompType") == "jobcomp/filetxt" and conf.get("JobCompLoc")):
         name, records = _from_jobcomp(backend, conf, notes)
         return name, records, notes
@@ -337,7 +343,7 @@ def export_trace(cfg: cfgmod.Config, out: str | os.PathLike[str], *, since: floa
             conf = backend.config()
         except SlurmError:
             conf = {}
-        source, records, notes = _sources(backend, conf, since, until, source)
+        source, records, notes = _sources(backend, conf, since, source)
         snap = backend.snapshot()
     except SlurmError as e:
         raise InspectError(f"Slurm is not reachable: {e}") from None

@@ -392,10 +392,9 @@ def scores(policy: Policy, state: ClusterState) -> dict[str, tuple[float | None,
             out[j.job_id] = (float(0 if starving else lv), f"LAS queue {0 if starving else int(lv)}"
                              + (" (starving)" if starving else ""))
     elif isinstance(chooser, orders.SlurmMultifactor):
-        age = np.minimum(np.maximum(state.now - q.submit, 0.0) / chooser.max_age, 1.0)
-        prio = np.floor(chooser.weight_age * age + chooser.weight_size * q.gpus / state.topology.num_gpus)
-        for j, p in zip(pending, prio):
-            out[j.job_id] = (float(p), f"priority {int(p)}")
+        prio = chooser.priorities(state)
+        for j in pending:
+            out[j.job_id] = (prio[j.job_id], f"priority {int(prio[j.job_id])}")
     return out
 
 

@@ -172,8 +172,12 @@ class Simulation:
         progress: Callable[[int], None] | None = None,
         cadence: float = 0.0,
     ) -> None:
-        if not cadence >= 0:
-            raise ValueError(f"cadence must be >= 0 seconds, got {cadence!r}")
+        if not 0 <= cadence < math.inf:
+            raise ValueError(f"cadence must be a number of seconds >= 0, got {cadence!r}")
+        bad = next((s.job for s in jobs if s.job.num_nodes is not None
+                    and not (s.job.num_nodes >= 1 and s.job.num_gpus % s.job.num_nodes == 0)), None)
+        if bad is not None:
+            raise ValueError(f"job {bad.job_id}: {bad.num_gpus} GPUs cannot be split evenly over {bad.num_nodes} node(s)")
         self.cadence = cadence
         too_big = [s.job for s in jobs if s.job.num_gpus > topology.num_gpus]
         if too_big:

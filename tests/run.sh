@@ -35,7 +35,9 @@ rc=$?
 # in the pass above. Where that root cannot be built they skip, saying why.
 if [ $# -eq 0 ] && [ "$rc" = 0 ]; then
     echo "tests/run.sh: the live daemon, accounting and export tests on Slurm 24.11"
-    ATTENTIVED_LAB_SLURM=24.11 .venv/bin/python -m pytest -m slurm tests/daemon/test_daemon_slurm.py \
+    # its own run dir and ports: a 22.05 lab someone left running in the default one stays up
+    ATTENTIVED_LAB_SLURM=24.11 ATTENTIVED_LAB_RUN=/tmp/attentived-lab-24.11-suite ATTENTIVED_LAB_PORT_BASE=17617 \
+        .venv/bin/python -m pytest -m slurm tests/daemon/test_daemon_slurm.py \
         tests/daemon/test_accounting_slurm.py tests/ops/test_export.py
     rc=$?
 fi

@@ -347,6 +347,10 @@ def test_cli_rejects_bad_options_before_touching_anything():
     assert res.exit_code == 2 and "--users" in res.output
     res = CliRunner().invoke(app, ["demo", "--policy", "nope"])
     assert res.exit_code == 2 and "unknown policy" in res.output
+    for args, why in ((["--seeds", "1,x"], "'x' is not a whole number"), (["--seeds", "1,2", "--seed", "3"], "not both"),
+                      (["--seeds", "1,2", "--keep-cluster"], "give one seed")):
+        res = CliRunner().invoke(app, ["demo", *args])
+        assert res.exit_code == 2 and why in res.output, res.output
 
 
 def test_not_root_is_a_clear_error(monkeypatch):

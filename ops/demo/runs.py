@@ -58,13 +58,25 @@ SLURM_ALONE_PRESET = "slurm:calc_period=60"
 def slurm_alone_preset(lab: Any, t0: float) -> str:
     """``SLURM_ALONE_PRESET`` with its ticks where the run's slurmctld had them: slurmctld
     recomputes priorities and usage at its start and every PriorityCalcPeriod after, so the
-    phase is its start time (sdiag's "Data since") relative to the run's start ``t0``."""
-    import re
-
-    m = re.search(r"Data since.*\((\d+)\)", lab.run(["sdiag"], check=False).stdout)
-    if not m:
+    phase is its process's start time relative to the run's start ``t0`` (sdiag's "Data
+    since" would not do: it is reset at midnight UTC)."""
+    started = _process_start(lab.run_dir / "pid" / "slurmctld.pid")
+    if started is None:
         return SLURM_ALONE_PRESET
-    return f"{SLURM_ALONE_PRESET},calc_offset={(int(m.group(1)) - t0) % 60:.1f}"
+    return f"{SLURM_ALONE_PRESET},calc_offset={(started - t0) % 60:.1f}"
+
+
+def _process_start(pid_file: Path) -> float | None:
+    """Unix time at which the process in ``pid_file`` started (/proc: boot time + its start
+    in clock ticks); None when it cannot be read."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 #: The heuristic the demo runs when the learned model cannot be loaded.
 FALLBACK_POLICY = "fifo+consolidate"
 

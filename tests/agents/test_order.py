@@ -120,3 +120,27 @@ def test_slurm_priorities_hold_between_calculation_ticks(lab):
     assert ids(s, m.rank(s)) == ["a", "c", "b"]  # c is priced at its submission with the tick's usage
     s = make_state(lab, pending, users=later, now=1020.0)  # the tick at 1020: alice now ranks behind bob
     assert ids(s, m.rank(s)) == ["b", "a"]
+
+
+def test_slurm_usage_leaves_out_what_ended_after_the_tick(lab):
+    # the tick at 1080: carol's 2-GPU job ran 1000-1090, so slurmctld has 2 x 80 = 160 of its
+    # 180 GPU-s; alice has 170: carol ranks first, as when her job is still running
+    m = SlurmMultifactor(calc_period=60)
+    running = [RunningJob("r", "carol", (0, 1), 0.0, 1000.0, 3600.0)]
+    pending = [job("a", user="alice", submit=1), job("c", user="carol", submit=2)]
+    users = {"alice": UserStats(jobs=1, gpu_seconds=170.0)}
+    m.rank(make_state(lab, pending, running=running, users=users, now=1070.0))
+    ended = {**users, "carol": UserStats(jobs=1, gpu_seconds=180.0)}
+    s = make_state(lab, pending, users=ended, now=1090.0)
+    assert m.usage_at(s, 1080.0)["carol"] == 160.0
+    assert ids(s, m.rank(s)) == ["c", "a"]
+
+
+def test_slurm_ticks_are_counted_not_compared_as_times(lab):
+    # a fractional phase: times in one period must give one tick (a float tick time did not)
+    m = SlurmMultifactor(calc_period=60, calc_offset=12.3)
+    users = {"alice": UserStats(jobs=1, gpu_seconds=10.0), "bob": UserStats(jobs=1, gpu_seconds=50.0)}
+    m.rank(make_state(lab, [job("a", user="alice", submit=1)], users=users, now=524.002))
+    later = {"alice": UserStats(jobs=2, gpu_seconds=90.0), "bob": users["bob"]}
+    s = make_state(lab, [job("a", user="alice", submit=1), job("b", user="bob", submit=2)], users=later, now=549.888)
+    assert ids(s, m.rank(s)) == ["a", "b"]  # still the tick of 492.3: alice's usage there was 10

@@ -192,6 +192,16 @@ def test_export_from_sacct_when_accounting_exists(tmp_path):
     assert doc["source"] == "sacct" and doc["skipped"]["never_ran"] == 1 and doc["skipped"]["no_gpu_count"] == 1
 
 
+def test_export_from_sacct_without_accounting_says_so(tmp_path):
+    fake = jobcomp_backend(tmp_path, [squeue_of("2", "alice", 2)])
+    with pytest.raises(InspectError, match="keeps no accounting") as ei:
+        ex.export_trace(cfg(tmp_path), tmp_path / "t.csv", source="sacct", backend=fake)
+    assert ei.value.code == 2 and not (tmp_path / "t.csv").exists()
+    with pytest.raises(InspectError, match="--from 'nowhere'") as ei:
+        ex.export_trace(cfg(tmp_path), tmp_path / "t.csv", source="nowhere", backend=fake)
+    assert ei.value.code == 2
+
+
 def test_export_from_squeue_alone(tmp_path):
     fake = cluster([squeue_of("5", "alice", 2, submit_time=100.0, start_time=110.0, end_time=170.0, nodes=("node1",))],
                    run=[])

@@ -147,5 +147,15 @@ def test_a_cadence_starts_jobs_at_the_schedulers_passes_only():
     assert instant == {"a": 0.3, "b": 5.3}
     paced = {r.job_id: r.start_time for r in Simulation(jobs, topo, make_policy("fifo"), cadence=1.0).run().records}
     assert paced == {"a": 1.0, "b": 6.0}  # a at the first pass after it arrives, b at the first after a ends
-    with pytest.raises(ValueError, match="cadence"):
-        Simulation(jobs, topo, make_policy("fifo"), cadence=-1.0)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="cadence"):
+            Simulation(jobs, topo, make_policy("fifo"), cadence=bad)
+
+
+def test_a_node_count_that_cannot_hold_the_gpus_is_refused():
+    from dataclasses import replace
+
+    for nodes in (0, 3):
+        job = SimJob(replace(tj("a", 0.0, 5.0, gpus=4), num_nodes=nodes), 10.0, "resnet50")
+        with pytest.raises(ValueError, match="cannot be split evenly"):
+            Simulation([job], uniform(4, 8), make_policy("fifo"))
