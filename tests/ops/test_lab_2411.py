@@ -22,6 +22,8 @@ from attentived.daemon import slurm_json
 from attentived.daemon.cli_backend import CliBackend
 from attentived.ops.lab import Lab, LabError, parse_scontrol_line, scripts_dir
 
+from ..daemon.test_daemon_slurm import wait_until
+
 ROOT = Path(__file__).parents[2]
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -30,16 +32,6 @@ def mounts_under(path: Path) -> list[str]:
     prefix = f"{path}/"
     with open("/proc/self/mountinfo") as fh:
         return [f.split()[4] for f in fh if f.split()[4].startswith(prefix)]
-
-
-def wait_for(pred, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -78,7 +70,7 @@ def test_gpu_job_as_alice_runs_and_sacct_shows_it(lab):
         fields = out.strip().split("|")
         return fields if len(fields) == 4 and fields[2] == "COMPLETED" else None
 
-    fields = wait_for(accounted, what=f"job {job} in sacct")
+    fields = wait_until(accounted, what=f"job {job} in sacct")
     assert fields[:3] == [str(job), "alice", "COMPLETED"]
     assert "gres/gpu=2" in fields[3].split(","), fields[3]
 
