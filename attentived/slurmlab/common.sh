@@ -27,6 +27,8 @@ lab_umount_under() {
     local m rc=0
     for m in $(lab_mounts_under "$1"); do
         umount "$m" 2>/dev/null && continue
+        # already gone with a parent detached lazily before it: nothing to do
+        lab_mounts_under "$1" | grep -qxF -- "$m" || continue
         echo "slurm lab: $m is busy: detaching it lazily" >&2
         umount -l "$m" || rc=1
     done
