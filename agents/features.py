@@ -479,8 +479,10 @@ def shown_nodes(topo: Topology, cands: Sequence[Candidate]) -> np.ndarray:
     n = len(topo.nodes)
     if n <= NEIGHBOURHOOD_NODES:
         return np.arange(n)
-    switches = np.unique(np.concatenate([topo.gpu_switch[list(c.gpus)] for c in cands]))
-    return np.flatnonzero(np.isin(topo.node_switch, switches))
+    touched = np.zeros(len(topo.switch_names), bool)
+    for c in cands:
+        touched[topo.gpu_switch[list(c.gpus)]] = True
+    return np.flatnonzero(touched[topo.node_switch])
 
 
 # ---- candidate placements ----

@@ -497,7 +497,7 @@ class ClusterState:
             now=self.now,
             topology=self.topology,
             free=free,
-            pending=(*self.pending[:index], *self.pending[index + 1 :]),
+            pending=tuple(self.pending[:index]) + tuple(self.pending[index + 1 :]),
             running=self.running + (run,),
             users=self.users,
             queue_arrays=QueueArrays(q.seq[keep], q.submit[keep], q.gpus[keep], q.limit[keep], q.oracle[keep],
