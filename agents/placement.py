@@ -77,12 +77,17 @@ class FirstFit:
         return _lowest(topo, free, np.flatnonzero(node_free).tolist(), None, job.num_gpus)
 
 
+def lowest_free(topo: Topology, free: np.ndarray, node: int, count: int) -> list[int]:
+    """The ``count`` lowest-numbered free GPUs of ``node`` (fewer when it has fewer free):
+    what Slurm's GPU selection takes on a node."""
+    lo, hi = int(topo.node_first_gpu[node]), int(topo.node_first_gpu[node + 1])
+    return [int(x) + lo for x in np.flatnonzero(free[lo:hi])[:count]]
+
+
 def _lowest(topo: Topology, free: np.ndarray, nodes: list[int], per_node: int | None, n: int) -> tuple[int, ...]:
     out: list[int] = []
     for ni in nodes:
-        lo, hi = int(topo.node_first_gpu[ni]), int(topo.node_first_gpu[ni + 1])
-        want = min(per_node if per_node is not None else n, n - len(out))
-        out.extend(int(x) + lo for x in np.flatnonzero(free[lo:hi])[:want])
+        out.extend(lowest_free(topo, free, ni, min(per_node if per_node is not None else n, n - len(out))))
         if len(out) == n:
             return tuple(out)
     raise AssertionError("caller checked capacity")

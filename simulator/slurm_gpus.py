@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
-
+from attentived.agents.placement import lowest_free
 from attentived.agents.plan import Plan, Start
 from attentived.agents.policy import Policy
 from attentived.agents.state import ClusterState
@@ -39,9 +38,7 @@ class SlurmPicksGpus:
         for s in plan.starts:
             gpus: list[int] = []
             for node, count in sorted(Counter(int(topo.gpu_node[g]) for g in s.gpus).items()):
-                first = int(topo.node_first_gpu[node])
-                local = np.flatnonzero(free[first:first + len(topo.nodes[node].links)])[:count]
-                gpus.extend(first + int(i) for i in local)
+                gpus.extend(lowest_free(topo, free, node, count))
             free[gpus] = False
             starts.append(Start(s.job_id, tuple(sorted(gpus))))
         return Plan(order=plan.order, starts=tuple(starts), holds=plan.holds, waited=plan.waited)
