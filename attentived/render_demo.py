@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from attentived.ops.demo.measure import relative_change
 from attentived.ops.demo.runs import RUN_NAMES, RUN_TITLES, DemoResult
 
 #: (label, summary key, format, lower is better)
@@ -176,8 +177,8 @@ def result_table(result: DemoResult, console: Console | None = None) -> None:
     console.print(table)
     errors = []
     for run in (a, b):
-        cells = [f"{label} {_pct(run.summary.get(key), run.predicted.get(key))}" for label, key in (("avg JCT", "avg_jct"),
-                                                                                                   ("avg wait", "avg_wait"))]
+        cells = [f"{label} {_signed_pct(relative_change(run.summary.get(key), run.predicted.get(key)))}"
+                 for label, key in (("avg JCT", "avg_jct"), ("avg wait", "avg_wait"))]
         errors.append(f"{run.title} {', '.join(cells)}")
     console.print(f"prediction error (sim / live - 1): {'; '.join(errors)}", highlight=False)
     d = b.daemon or {}
@@ -199,8 +200,8 @@ def result_table(result: DemoResult, console: Console | None = None) -> None:
                   highlight=False)
 
 
-def _pct(live: float | None, predicted: float | None) -> str:
-    return "-" if live is None or predicted is None or not live else f"{100 * (predicted / live - 1):+.0f}%"
+def _signed_pct(change: float | None) -> str:
+    return "-" if change is None else f"{100 * change:+.0f}%"
 
 
 def seeds_table(summary: dict[str, Any], console: Console | None = None) -> None:
@@ -217,9 +218,8 @@ def seeds_table(summary: dict[str, Any], console: Console | None = None) -> None
         cells = [str(row["seed"])]
         for name in RUN_NAMES:
             r = row["runs"][name]
-            cells += [_fmt(r["avg_jct"]["live"], "s"),
-                      " / ".join("-" if r[k]["error"] is None else f"{100 * r[k]['error']:+.0f}%" for k in ("avg_jct", "avg_wait"))]
-        cells.append("-" if row["jct_change"] is None else f"{100 * row['jct_change']:+.0f}%")
+            cells += [_fmt(r["avg_jct"]["live"], "s"), " / ".join(_signed_pct(r[k]["error"]) for k in ("avg_jct", "avg_wait"))]
+        cells.append(_signed_pct(row["jct_change"]))
         table.add_row(*cells)
     o = summary["overall"]
 

@@ -30,7 +30,7 @@ KEYS = ("avg_jct", "avg_wait")
 
 
 def replay(folder: Path) -> dict:
-    from attentived.ops.demo.measure import predict, summary_of
+    from attentived.ops.demo.measure import predict, relative_change, summary_of
     from attentived.ops.demo.runs import SCHED_PASS, DemoOptions
     from attentived.ops.demo.workload import build_workload, demo_topology
 
@@ -50,10 +50,14 @@ def replay(folder: Path) -> dict:
         policy = run["predicted_by"]
         records = predict(workload, policy, topo, w["seed"], SCHED_PASS, pinned=name == "attentived")
         sim = summary_of(records, topo)
-        out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k], "error": sim[k] / run["live"][k] - 1}
-                             for k in KEYS}
+        out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],
+                                 "error": relative_change(run["live"][k], sim[k])} for k in KEYS}
         out["runs"][name]["policy"] = policy
     return out
+
+
+def _pct(error: float | None) -> str:
+    return "     -" if error is None else f"{100 * error:+5.0f}%"
 
 
 def main() -> int:
@@ -69,12 +73,14 @@ def main() -> int:
     for r in rows:
         for name, v in r["runs"].items():
             j, w = v["avg_jct"], v["avg_wait"]
-            print(f"{r['seed']:>4} {name:10} {j['live']:9.1f} / {j['predicted']:7.1f}s {100 * j['error']:+5.0f}% "
-                  f"{w['live']:9.1f} / {w['predicted']:7.1f}s {100 * w['error']:+5.0f}%")
+            print(f"{r['seed']:>4} {name:10} {j['live']:9.1f} / {j['predicted']:7.1f}s {_pct(j['error'])} "
+                  f"{w['live']:9.1f} / {w['predicted']:7.1f}s {_pct(w['error'])}")
     summary = {}
     for name in rows[0]["runs"]:
         for k in KEYS:
-            errs = [r["runs"][name][k]["error"] for r in rows]
+            errs = [e for r in rows if (e := r["runs"][name][k]["error"]) is not None]  # None: a live 0
+            if not errs:
+                continue
             summary[f"{name}.{k}"] = {"mean_abs": statistics.fmean(abs(e) for e in errs), "worst": max(errs, key=abs),
                                       "within_10pct": sum(abs(e) <= 0.10 for e in errs), "seeds": len(errs)}
     for key, s in summary.items():

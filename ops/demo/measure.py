@@ -21,6 +21,7 @@ from .workload import JOB_PREFIX, Workload, demo_topology
 __all__ = [
     "measure",
     "predict",
+    "relative_change",
 ]
 
 
@@ -134,6 +135,14 @@ TABLE_KEYS = ("avg_jct", "p99_jct", "avg_wait", "jain_fairness", "max_user_wait"
 
 
 # ---- the simulator's prediction ----------------------------------------------------------------
+
+
+def relative_change(base: float | None, other: float | None) -> float | None:
+    """``other / base - 1``: a prediction's error against the live figure, or one run's
+    change against another; None when either is missing or ``base`` is 0."""
+    if base is None or other is None or not base:
+        return None
+    return other / base - 1.0
 
 
 def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0,

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from .measure import relative_change
 from .runs import RUN_NAMES, DemoResult
 
 __all__ = ["PREDICTED_KEYS", "parse_seeds", "seeds_summary"]
@@ -34,13 +35,6 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _error(live: float | None, predicted: float | None) -> float | None:
-    """Relative prediction error (predicted / live - 1); None when either is missing or live is 0."""
-    if live is None or predicted is None or not live:
-        return None
-    return predicted / live - 1.0
-
-
 def _spread(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"mean": None, "std": None, "min": None, "max": None}
@@ -58,11 +52,11 @@ def seeds_summary(results: Sequence[DemoResult]) -> dict[str, Any]:
             run = r.runs[name]
             row["runs"][name] = {
                 key: {"live": run.summary.get(key), "predicted": run.predicted.get(key),
-                      "error": _error(run.summary.get(key), run.predicted.get(key))}
+                      "error": relative_change(run.summary.get(key), run.predicted.get(key))}
                 for key in PREDICTED_KEYS
             }
         a, b = (row["runs"][n]["avg_jct"]["live"] for n in RUN_NAMES)
-        row["jct_change"] = _error(a, b)  # attentived / Slurm alone - 1
+        row["jct_change"] = relative_change(a, b)  # attentived / Slurm alone - 1
         per_seed.append(row)
     overall: dict[str, Any] = {"jct_change": _spread([s["jct_change"] for s in per_seed if s["jct_change"] is not None])}
     for name in RUN_NAMES:
