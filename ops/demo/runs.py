@@ -382,8 +382,11 @@ class Demo:
         return proc.returncode
 
     # ---- one run ------------------------------------------------------------------------------
-    def _run(self, kind: str, workload: Workload, predicted: list[JobRecord], sim_policy: str,
-             daemon_policy: str) -> RunResult:
+    def _run(self, kind: str, workload: Workload, daemon_policy: str,
+             predicted: list[JobRecord] | None = None) -> RunResult:
+        """One live run. ``predicted``: the attentived run's replay, made before the runs (a
+        policy that cannot be simulated is refused before any cluster starts); Slurm alone's
+        is made after its run, with its slurmctld's calculation ticks."""
         from attentived.daemon.slurm_json import parse_squeue
 
         from ..lab import LabError
@@ -462,6 +465,9 @@ class Demo:
         if kind == "slurm":  # the prediction with slurmctld's own calculation ticks
             sim_policy = slurm_alone_preset(lab, t0)
             predicted = predict(workload, sim_policy, self.topo, self.o.seed, SCHED_PASS)
+        else:
+            sim_policy = daemon_policy
+        assert predicted is not None, "the attentived run is predicted before it starts"
         leftovers = sorted(r for r in lab.reservations() if r.startswith("attentived-"))
         for r in leftovers:
             lab.run(["scontrol", "delete", f"ReservationName={r}"], check=False)
@@ -544,17 +550,16 @@ class Demo:
         self.check_machine()
         self.emit("phase", run=None, text="simulating the same workload (the prediction)")
         try:
-            predicted_slurm = predict(workload, SLURM_ALONE_PRESET, self.topo, o.seed, SCHED_PASS)
             predicted_attentived = predict(workload, policy, self.topo, o.seed, SCHED_PASS, pinned=True)
         except Exception as e:  # noqa: BLE001 - a model that does not load, a policy that fails
             raise DemoError(f"cannot simulate policy {policy!r}: {type(e).__name__}: {e}", EXIT_BAD_INPUT) from None
         ok = False
         with self._locked():
             try:
-                runs = {"slurm": self._run("slurm", workload, predicted_slurm, SLURM_ALONE_PRESET, policy)}
+                runs = {"slurm": self._run("slurm", workload, policy)}
                 self.emit("run_done", run="slurm", result=runs["slurm"])
                 self.lab.stop()
-                runs["attentived"] = self._run("attentived", workload, predicted_attentived, policy, policy)
+                runs["attentived"] = self._run("attentived", workload, policy, predicted_attentived)
                 used = (runs["attentived"].daemon or {}).get("policy")
                 if used and used != policy:  # the daemon fell back: predict what really ran
                     runs["attentived"].policy = used
