@@ -70,14 +70,15 @@ AGENT_FAIRNESS = Parameter(
 MODEL = Parameter("model", "the model file to run (`attentived train --out`)", "an existing model file", model_file,
                   "the shipped model")
 
-def _seconds(text: str) -> float:
+
+def _positive(text: str) -> float:
     v = float(text)
-    if not v > 0 or v == float("inf"):
+    if not 0 < v < float("inf"):
         raise ValueError(text)
     return v
 
 
-def _weight(text: str) -> float:
+def _non_negative(text: str) -> float:
     v = float(text)
     if not 0 <= v < float("inf"):
         raise ValueError(text)
@@ -87,11 +88,11 @@ def _weight(text: str) -> float:
 #: The Slurm emulation's site settings (slurm.conf's names in the summaries).
 SLURM_PARAMETERS: dict[str, Parameter] = {
     "calc_period": Parameter("calc_period", "seconds between slurmctld's fair-share usage sums (PriorityCalcPeriod)",
-                             "a number of seconds > 0", _seconds, "300"),
+                             "a number of seconds > 0", _positive, "300"),
     "calc_offset": Parameter("calc_offset", "seconds after the replay's start of a calculation tick (slurmctld's "
-                             "start, modulo calc_period)", "a number of seconds >= 0", _weight, "0"),
+                             "start, modulo calc_period)", "a number of seconds >= 0", _non_negative, "0"),
     "weight_fairshare": Parameter("weight_fairshare", "PriorityWeightFairshare (0: a site without slurmdbd)",
-                                  "a number >= 0", _weight, "10000"),
+                                  "a number >= 0", _non_negative, "10000"),
 }
 
 LEARNED_PARAMETERS: dict[str, dict[str, Parameter]] = {

@@ -75,6 +75,12 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
 OPERATOR_LEVELS = ("operator", "administrator")
 
 
+def keeps_accounting(storage: str) -> bool:
+    """Whether ``AccountingStorageType`` names an accounting database (sacct, sacctmgr and
+    admin levels work) rather than none."""
+    return storage not in ("", "accounting_storage/none")
+
+
 def operator_problem(user: str, uid: int, slurm_user: str, accounting: str, admin_level: str | None) -> str:
     """Why Slurm will refuse the daemon's writes ("" when it will not).
 
@@ -92,9 +98,9 @@ def operator_problem(user: str, uid: int, slurm_user: str, accounting: str, admi
             "'Access/permission denied')")
     if admin_level is None:
         where = (f"this Slurm has no accounting database (AccountingStorageType={accounting or '?'}), so it cannot "
-                 "grant AdminLevel=Operator" if accounting in ("", "accounting_storage/none")
+                 "grant AdminLevel=Operator" if not keeps_accounting(accounting)
                  else "'sacctmgr show user' could not be asked for its AdminLevel")
-        fix = (f"run attentived as root or as SlurmUser ({slurm_user or '?'})" if accounting in ("", "accounting_storage/none")
+        fix = (f"run attentived as root or as SlurmUser ({slurm_user or '?'})" if not keeps_accounting(accounting)
                else f"grant it with 'sacctmgr modify user {user} set AdminLevel=Operator', or run as root/SlurmUser")
         return (f"attentived runs as {user} (uid {uid}), which is neither root nor SlurmUser ({slurm_user or '?'}); "
                 f"{where}. Missing: {need}. Fix: {fix}, or use --dry-run / --shadow, which change nothing.")

@@ -47,6 +47,7 @@ from typing import Any
 
 from attentived.daemon import config as cfgmod
 from attentived.daemon.backend import Backend
+from attentived.daemon.checks import keeps_accounting
 from attentived.daemon.records import SlurmError, SlurmJob
 from attentived.daemon.scontrol_text import parse_line, slurm_duration, slurm_time
 from attentived.daemon.slurm_json import tres_gpus
@@ -262,7 +263,7 @@ SOURCES = ("auto", "sacct", "jobcomp", "squeue")
 
 def _from_sacct(backend: Backend, conf: dict[str, str], since: float | None) -> list[Finished]:
     acct = conf.get("AccountingStorageType", "")
-    if acct in ("", "accounting_storage/none"):
+    if not keeps_accounting(acct):
         raise InspectError(f"--from sacct: this Slurm keeps no accounting (AccountingStorageType={acct or '(none)'}); "
                            "use --from jobcomp or --from squeue", 2)
     run = getattr(backend, "run", None)
@@ -310,8 +311,7 @@ def _from_jobcomp(backend: Backend, conf: dict[str, str], notes: list[str]) -> t
 
 def _sources(backend: Backend, conf: dict[str, str], since: float | None, source: str) -> tuple[str, list[Finished], list[str]]:
     notes: list[str] = []
-    acct = conf.get("AccountingStorageType", "")
-    has_acct = bool(acct) and acct != "accounting_storage/none" and getattr(backend, "run", None) is not None
+    has_acct = keeps_accounting(conf.get("AccountingStorageType", "")) and getattr(backend, "run", None) is not None
     if source == "sacct" or (source == "auto" and has_acct):
         return "sacct", _from_sacct(backend, conf, since), notes
     if source == "jobcomp" or (source == "auto" and conf.get("JobCompType") == "jobcomp/filetxt" and conf.get("JobCompLoc")):

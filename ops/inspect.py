@@ -54,7 +54,7 @@ from attentived.agents.policy import Policy
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.daemon import config as cfgmod
 from attentived.daemon.backend import Backend
-from attentived.daemon.checks import check_slurm_config
+from attentived.daemon.checks import check_slurm_config, keeps_accounting
 from attentived.daemon.connect import make_backend
 from attentived.daemon.journal import Journal
 from attentived.daemon.records import SlurmError, SlurmJob, Snapshot
@@ -731,7 +731,7 @@ def config_check(path: str | os.PathLike[str] | None, *, slurm: bool = True,
             add("GresTypes", "ok", f"GresTypes={conf.get('GresTypes')}")
         acct = conf.get("AccountingStorageType", "")
         comp = conf.get("JobCompType", "")
-        if acct and acct != "accounting_storage/none":
+        if keeps_accounting(acct):
             add("accounting", "ok", f"{acct}: `trace export` reads sacct; the service user needs AdminLevel=Operator")
         elif comp == "jobcomp/filetxt":
             add("accounting", "info", f"no accounting storage; `trace export` reads {conf.get('JobCompLoc')} "
