@@ -9,6 +9,8 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
+from .trace import TraceError
+
 __all__ = ["SAMPLES", "sample_path"]
 
 SAMPLES: dict[str, str] = {
@@ -23,8 +25,9 @@ the Tiresias simulator (1-8 GPUs, CNN model names)."""
 
 
 def sample_path(name: str) -> Path:
-    """The file of a bundled trace, for `load_trace`; ValueError naming the choices."""
+    """The file of a bundled trace, for `load_trace`; a `TraceError` (an input error the CLI
+    reports in one line, exit 2) naming the choices."""
     if name not in SAMPLES:
-        raise ValueError(f"unknown sample trace {name!r}; choose one of: {', '.join(SAMPLES)}")
+        raise TraceError("--sample", f"unknown sample trace {name!r}; choose one of: {', '.join(SAMPLES)}")
     # attentived is installed as plain files (setuptools never zips it), so this is a Path.
     return Path(str(files("attentived.data") / "traces" / SAMPLES[name]))

@@ -66,6 +66,10 @@ def test_bad_options_exit_2():
     assert cli("replay", "--nodes", "0").returncode == 2
     assert cli("replay", "--start", "yesterday").returncode == 2
     assert cli("replay", "/no/such/trace.csv").returncode == 2
+    for command in ("replay", "compare"):  # one line naming the choices, no traceback
+        r = cli(command, "--sample", "nope", "--policy", "fifo")
+        assert r.returncode == 2 and "--sample: unknown sample trace 'nope'" in r.stderr and "tiresias-60" in r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_out_writes_metrics_jobs_and_plots(tmp_path):
