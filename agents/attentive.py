@@ -159,6 +159,7 @@ class AttentivePolicy(TwoPhasePolicy):
             need_weights=need_weights,
             fairness=self._fairness,
             urgency=torch.from_numpy(view.urgency)[None] if self.net.cfg.urgency_input else None,
+            feasible=torch.from_numpy(view.feasible)[None],
         )
 
     def _place(self, ctx: Context, enc: JobEncoding, slot: int, job: PendingJob) -> tuple[int, ...]:

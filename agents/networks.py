@@ -53,7 +53,8 @@ class NetConfig:
     #: Whether the job agent reads each job's urgency (`features.job_urgency`, the log of
     #: the look-ahead's fairness weight) beside W, as a token input and as a pointer bias
     #: linear in ``urgency`` and ``W * urgency`` (the look-ahead's own Smith ratio, so
-    #: the model can follow its teacher across W), WAIT moving with the largest bias.
+    #: the model can follow its teacher across W) that reorders the startable jobs and
+    #: leaves the probability of WAIT as it was (`_reorder`).
     #: Needs ``fairness_input``.
     urgency_input: bool = False
 
@@ -118,9 +119,11 @@ class JobAgent(nn.Module):
         self.scale = 1.0 / math.sqrt(d)
 
     def forward(self, jobs: Tensor, summary: Tensor, valid: Tensor, need_weights: bool = False,
-                fairness: Tensor | None = None, urgency: Tensor | None = None) -> JobEncoding:
+                fairness: Tensor | None = None, urgency: Tensor | None = None,
+                feasible: Tensor | None = None) -> JobEncoding:
         """``fairness``: W per row, [B, 1]; ``urgency``: per job slot, [B, W]; each
-        required exactly when the network takes it."""
+        required exactly when the network takes it. ``feasible`` ([B, W] bool, the jobs
+        that can start now) is required with ``urgency``: the bias reorders those."""
         B, W, _ = jobs.shape
         S = summary.shape[1]
         summaries = self.summary_in(summary) + self.summary_type
@@ -149,14 +152,27 @@ class JobAgent(nn.Module):
         keys = self.key(torch.cat([tokens[:, S + 1 :], tokens[:, S : S + 1]], dim=1))  # jobs, then WAIT
         logits = 10.0 * torch.tanh(torch.einsum("bd,btd->bt", self.query(context), keys) * self.scale)
         if bias is not None:
-            # WAIT moves with the most urgent job's bias: the bias reorders the jobs, and an
-            # urgent job competes with WAIT as any job did, but a queue whose startable jobs
-            # all belong to well-served users is not pushed below WAIT (which idled the
-            # cluster at W = 1: the first urgency models waited while their GPUs sat free).
-            top = bias.masked_fill(~valid, -torch.inf).amax(dim=1, keepdim=True)
-            top = torch.where(valid.any(dim=1, keepdim=True), top, torch.zeros_like(top))
-            logits = logits + torch.cat([bias, top], dim=1)
+            if feasible is None:
+                raise ValueError("the urgency bias needs the jobs that can start (feasible)")
+            logits = torch.cat([_reorder(logits[:, :W], bias, feasible & valid), logits[:, W:]], dim=1)
         return JobEncoding(tokens[:, S + 1 :], context, logits, attention)
+
+
+def _reorder(logits: Tensor, bias: Tensor, feasible: Tensor) -> Tensor:
+    """Job logits [B, W] with ``bias`` added and shifted per row so that the feasible jobs'
+    log-sum-exp is unchanged: the bias decides *which* job starts, never *whether* one does.
+
+    Why: P(WAIT) = e^wait / (e^wait + sum of e^logit over the feasible jobs), so keeping
+    that sum keeps P(WAIT) exactly as the unbiased pointer has it. The first urgency models
+    added the bias to the jobs alone, and at W >= 0.75 a queue whose startable jobs all
+    belonged to well-served users fell below WAIT while their GPUs sat free; moving WAIT with
+    the largest bias instead let one urgent job that could not start lift WAIT above every
+    job that could. Rows with no feasible job are left unshifted (only WAIT is legal)."""
+    biased = logits + bias
+    none = ~feasible.any(dim=1, keepdim=True)
+    shift = (torch.logsumexp(logits.masked_fill(~feasible, -torch.inf), dim=1, keepdim=True)
+             - torch.logsumexp(biased.masked_fill(~feasible, -torch.inf), dim=1, keepdim=True))
+    return biased + torch.where(none, torch.zeros_like(shift), shift)
 
 
 class GpuAgent(nn.Module):
@@ -216,7 +232,7 @@ class AttentiveNet(nn.Module):
         fairness = obs.get("fairness") if self.cfg.fairness_input else None
         urgency = obs.get("urgency") if self.cfg.urgency_input else None
         context, job_logits, job_token = self._encode_queues(obs["jobs"], obs["summary"], obs["job_valid"].bool(), slot,
-                                                             fairness, urgency)
+                                                             fairness, urgency, mask[:, :W])
         logits = torch.full(mask.shape, _MASKED, dtype=job_logits.dtype, device=mask.device)
         logits[job_phase, : W + 1] = job_logits[job_phase]
         chosen = torch.where(job_phase.unsqueeze(1), 0.0, job_token)  # the critic sees no job in the job phase
@@ -235,10 +251,12 @@ class AttentiveNet(nn.Module):
         return logits.masked_fill(~mask, _MASKED), value
 
     def _encode_queues(self, jobs: Tensor, summary: Tensor, valid: Tensor, slot: Tensor,
-                       fairness: Tensor | None, urgency: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                       fairness: Tensor | None, urgency: Tensor | None,
+                       feasible: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The job agent over a batch of queues, cut to the slots in use: the pooled context
         [B, d], the logits [B, W + 1] (slots, then WAIT; slots cut off at ``-1e8``) and the
-        job token at ``slot`` [B, d], rows in the input order.
+        job token at ``slot`` [B, d], rows in the input order. ``feasible`` is the job
+        phase's action mask over the slots (other rows' logits are not used).
 
         Why: observations are padded to the whole window, but most queues use a few slots,
         and the encoder's cost grows with the padded length (in attention quadratically):
@@ -254,7 +272,8 @@ class AttentiveNet(nn.Module):
         for rows, w in groups:
             enc = self.job_agent(jobs[rows, :w], summary[rows], valid[rows, :w],
                                  fairness=None if fairness is None else fairness[rows],
-                                 urgency=None if urgency is None else urgency[rows, :w])
+                                 urgency=None if urgency is None else urgency[rows, :w],
+                                 feasible=feasible[rows, :w])
             cut = enc.logits.new_full((len(rows), W - w), _MASKED)
             contexts.append(enc.context)
             logits.append(torch.cat([enc.logits[:, :w], cut, enc.logits[:, w:]], dim=1))

@@ -148,32 +148,56 @@ def test_an_urgency_reading_network_needs_the_urgency_and_the_fairness_input():
 
 
 def test_the_urgency_bias_is_the_look_aheads_smith_ratio_shape():
-    """The pointer bias is linear in u and W * u: with weight (0, b) the logit gap between
-    an urgent and a calm job grows by b * u per unit of W, and vanishes at W = 0; WAIT
-    moves with the largest bias, so a bias common to every job changes nothing."""
+    """The pointer bias is linear in u and W * u: with weight (0, b) the log-odds of an
+    urgent job against a calm one grow by b * u per unit of W, and vanish at W = 0."""
     torch.manual_seed(0)
-    net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, urgency_input=True)).eval()
+    net = _urgency_net()
     obs = _obs(B=1, phase=[0])
     u = torch.zeros(1, 8)
     u[0, 2] = 1.0
+    for w, gap in ((0.0, 0.0), (1.0, 3.0)):
+        enc = _urgent(net, obs, w, u)
+        base = _urgent(net, obs, w, torch.zeros(1, 8))
+        odds = (enc.logits[0, 2] - enc.logits[0, 3]) - (base.logits[0, 2] - base.logits[0, 3])
+        assert float(odds) == pytest.approx(gap, abs=1e-5)
+
+
+def test_the_urgency_bias_never_moves_wait():
+    """The bias picks which job starts, never whether one does: P(WAIT) is the unbiased
+    pointer's for any urgencies, including a queue of well-served users only (which idled
+    the cluster when the bias lowered every job against WAIT) and one urgent job that
+    cannot start (which idled it when WAIT moved with the largest bias)."""
+    torch.manual_seed(0)
+    net = _urgency_net()
+    obs = _obs(B=1, phase=[0])  # slot 1 holds a job that cannot start
+    base = torch.softmax(_urgent(net, obs, 1.0, torch.zeros(1, 8)).logits.masked_fill(~_feasible(obs), -1e8), -1)
+    infeasible_urgent = torch.zeros(1, 8)
+    infeasible_urgent[0, 1] = 3.0
+    for u in (-torch.ones(1, 8), infeasible_urgent, torch.linspace(-3, 3, 8)[None]):
+        p = torch.softmax(_urgent(net, obs, 1.0, u).logits.masked_fill(~_feasible(obs), -1e8), -1)
+        assert float(p[0, -1]) == pytest.approx(float(base[0, -1]), abs=1e-6)
+    # Through the whole network too: the action distribution's WAIT column is unchanged.
+    obs["urgency"], obs["fairness"] = infeasible_urgent, torch.tensor([[1.0]])
+    with torch.no_grad():
+        logits, _ = net(obs)
+    assert float(torch.softmax(logits, -1)[0, 8]) == pytest.approx(float(base[0, -1]), abs=1e-6)
+
+
+def _urgency_net() -> AttentiveNet:
+    """A small urgency model whose bias is (0, 3): 3 * W * u, the urgency token input off."""
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, urgency_input=True)).eval()
     with torch.no_grad():
         net.job_agent.urgency_in.weight.zero_()
         net.job_agent.urgency_in.bias.zero_()
         net.job_agent.urgency_bias.copy_(torch.tensor([0.0, 3.0]))
-        gap = []
-        for w in (0.0, 1.0):
-            enc = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
-                                fairness=torch.tensor([[w]]), urgency=u)
-            base = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
-                                 fairness=torch.tensor([[w]]), urgency=torch.zeros(1, 8))
-            gap.append(float(enc.logits[0, 2] - base.logits[0, 2]))
-            wait_gap = float(enc.logits[0, -1] - base.logits[0, -1])
-            assert wait_gap == pytest.approx(gap[-1], abs=1e-5)  # WAIT moves with the most urgent job
-    assert gap[0] == pytest.approx(0.0, abs=1e-6) and gap[1] == pytest.approx(3.0, abs=1e-5)
-    # A queue of well-served users only (all urgencies -1): the jobs keep their place against WAIT.
+    return net
+
+
+def _feasible(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    return obs["action_mask"][:, :9].bool()
+
+
+def _urgent(net: AttentiveNet, obs: dict[str, torch.Tensor], w: float, u: torch.Tensor):
     with torch.no_grad():
-        calm = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(), fairness=torch.tensor([[1.0]]),
-                             urgency=-torch.ones(1, 8))
-        base = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(), fairness=torch.tensor([[1.0]]),
-                             urgency=torch.zeros(1, 8))
-    torch.testing.assert_close(torch.softmax(calm.logits, -1), torch.softmax(base.logits, -1))
+        return net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(), fairness=torch.tensor([[w]]),
+                             urgency=u, feasible=_feasible(obs)[:, :8])

@@ -32,7 +32,8 @@ def _reference(net: AttentiveNet, obs: dict[str, torch.Tensor]) -> tuple[torch.T
     cfg = net.cfg
     enc = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
                         fairness=obs["fairness"] if cfg.fairness_input else None,
-                        urgency=obs["urgency"] if cfg.urgency_input else None)
+                        urgency=obs["urgency"] if cfg.urgency_input else None,
+                        feasible=obs["action_mask"][:, : obs["job_valid"].shape[1]].bool())
     mask = obs["action_mask"].bool()
     logits = torch.full(mask.shape, _MASKED)
     chosen = torch.zeros_like(enc.context)
