@@ -1,10 +1,10 @@
 """The daemon on a Slurm that keeps accounting, as sites run it (the lab's slurmdbd + MariaDB):
 
 - the service user ``attentived``, no root, made a Slurm operator with sacctmgr, steers live;
-- slurmdbd and its database going down while the daemon runs: cycles go on with what
-  slurmctld answers, ``status`` names the outage, ``trace export`` says what failed and
-  exports from the job-completion file on request, and once accounting is back the jobs that
-  finished meanwhile are in ``sacct`` (nothing lost).
+- slurmdbd and its database going down while the daemon runs (or the database alone, behind a
+  running slurmdbd): cycles go on with what slurmctld answers, ``status`` names the outage,
+  ``trace export`` says what failed and exports from the job-completion file on request, and
+  once accounting is back the jobs that finished meanwhile are in ``sacct`` (nothing lost).
 """
 
 from __future__ import annotations
@@ -114,5 +114,32 @@ def test_an_accounting_outage_is_named_and_loses_nothing(clean_lab, tmp_path):
     r = eng.run_cycle()
     assert r.ok and eng.status()["accounting"]["reachable"] is True and eng.status()["accounting"]["down_since"] is None
     want = {str(done[0]): "alice", str(done[1]): "bob"}
+    wait_until(lambda: sacct_users(lab, done) == want, timeout=60, what="the outage's jobs in sacct")
+    eng.journal.close()
+
+
+def test_a_database_outage_behind_a_running_slurmdbd_is_named_and_loses_nothing(clean_lab, tmp_path):
+    """MariaDB alone goes down: slurmdbd still answers, but only to say it cannot reach its
+    database. The daemon names that outage (not a generic failure), cycles go on, and once
+    the database is back slurmdbd writes the jobs slurmctld ran meanwhile."""
+    lab = clean_lab
+    eng = runner_for(lab, tmp_path, accounting_check_interval=0.1)
+    try:
+        _stop(lab, "mariadbd")
+        done = [lab.submit(user, gpus, script="sleep 1") for user, gpus in (("carol", 4), ("alice", 1))]
+        for j in done:
+            lab.wait_for_state(j, "COMPLETED", timeout=60)
+        time.sleep(0.15)
+        r = eng.run_cycle()
+        assert r.ok, r.error
+        acct = eng.status()["accounting"]
+        assert acct["reachable"] is False and "Unable to connect to database" in acct["error"], acct
+        assert "accounting_up 0" in eng.metrics.render()
+    finally:
+        lab.reset()  # brings MariaDB back; slurmdbd reconnects on its own
+    time.sleep(0.15)
+    r = eng.run_cycle()
+    assert r.ok and eng.status()["accounting"]["reachable"] is True
+    want = {str(done[0]): "carol", str(done[1]): "alice"}
     wait_until(lambda: sacct_users(lab, done) == want, timeout=60, what="the outage's jobs in sacct")
     eng.journal.close()
