@@ -66,6 +66,13 @@ class NetConfig:
         return asdict(self)
 
 
+URGENCY_PRIOR = 4.0
+"""The pointer bias's initial weight on ``W * u``. ``u`` is the log of the look-ahead's
+fairness weight f over 4 (`features.job_urgency`), so the bias starts at ``W * log f``:
+at W = 1 exactly the log of the urgency the look-ahead weighs a job's completion time by
+(its Smith ratio orders by urgency / estimate), at W = 0 nothing."""
+
+
 def _mlp(inp: int, d: int, out: int | None = None) -> nn.Sequential:
     return nn.Sequential(nn.Linear(inp, d), nn.ReLU(), nn.Linear(d, out or d))
 
@@ -108,10 +115,12 @@ class JobAgent(nn.Module):
         # W enters where the queue is summarised, so every token can attend to it and the
         # pointer's query (pooled from the summary tokens) carries it.
         self.fairness_in = nn.Linear(1, d) if cfg.fairness_input else None
-        # Each job's urgency u and W * u: into its token, and straight into its logit (the
-        # bias starts at 0, so a fresh model's pointer is unchanged by it).
+        # Each job's urgency u and W * u: into its token, and straight into its logit. The
+        # bias starts as the look-ahead's own weighting (`URGENCY_PRIOR`), not at 0: two
+        # scalars under Adam at 3e-4 move about 0.01 per update, so a bias started at 0 was
+        # still near 0 after the first 45 updates, and the knob had to come from the tokens.
         self.urgency_in = nn.Linear(2, d) if cfg.urgency_input else None
-        self.urgency_bias = nn.Parameter(torch.zeros(2)) if cfg.urgency_input else None
+        self.urgency_bias = nn.Parameter(torch.tensor([0.0, URGENCY_PRIOR])) if cfg.urgency_input else None
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(d)
         self.query = nn.Linear(d, d)
