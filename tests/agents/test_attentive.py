@@ -73,6 +73,29 @@ def test_waiting_holds_gpus_for_the_blocked_job_it_ranks_first(lab):
     assert hold.job_id == "big" and len(hold.gpus) == 16 and hold.expected_start == 1600.0
 
 
+def test_behind_a_wait_jobs_that_end_before_the_held_job_can_start_run(lab):
+    """The agent WAITs for a 32-GPU job that can start only when a 10-hour job ends: the
+    free GPUs go to the jobs whose limits end by then (consolidated), not to idling; a job
+    whose limit runs past the hold, or that has none, still waits; the hold stands."""
+    pol = _policy()
+    _always_wait(pol)
+    running = [RunningJob("long", "x", tuple(range(8)), 0.0, 1000.0, 36_000.0)]
+    pending = [job("big", gpus=32), job("short", gpus=4, submit=1, limit=3600.0),
+               job("past", gpus=2, submit=2, limit=40_000.0), job("unlimited", gpus=1, submit=3, limit=None),
+               job("also", gpus=8, submit=4, limit=7200.0)]
+    s = make_state(lab, pending, running=running, now=1000.0)
+    plan = pol.decide(s)
+    _check_plan(plan, s)
+    assert plan.waited and {st.job_id for st in plan.starts} == {"short", "also"}
+    assert all(tight(lab, st.gpus, 1 if len(st.gpus) <= 4 else 2) for st in plan.starts)
+    (hold,) = plan.holds
+    assert hold.job_id == "big" and hold.expected_start == 37_000.0
+    # The hold is near: nothing ends in time, nothing starts.
+    soon = make_state(lab, pending, running=[RunningJob("long", "x", tuple(range(8)), 0.0, 1000.0, 1800.0)], now=1000.0)
+    plan = pol.decide(soon)
+    assert plan.starts == () and plan.holds[0].expected_start == 2800.0
+
+
 def test_decisions_are_deterministic(lab):
     s = make_state(lab, [job(f"j{i}", gpus=1 + i % 4, submit=i, user=f"u{i % 2}") for i in range(12)],
                    running=[RunningJob("r", "x", (0, 1), 0.0, 0.0, 600.0)])
