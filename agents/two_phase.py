@@ -6,8 +6,9 @@ until nothing more fits. The plan's order is the started jobs, then the rest of 
 window by the last job logits, then the jobs outside the window oldest first. For the
 highest-ranked job that does not fit now, the plan holds the GPUs where and when it is
 expected to fit as running jobs reach their time limits, so the daemon can reserve them as
-it does for the heuristics' blocked heads; behind a WAIT, jobs whose limits end before then
-start anyway (`TwoPhasePolicy._backfill`), so a WAIT never idles GPUs nobody may use first.
+it does for the heuristics' blocked heads. Behind a WAIT, jobs that cannot delay the held
+job and lose nothing by starting now start anyway (`TwoPhasePolicy._backfill`): a WAIT
+never idles GPUs for hours while jobs that could use them wait.
 
 Subclasses say only how they score: `_encode` (the job logits over a `JobView`, ``W``
 slots then WAIT) and `_place` (the GPUs for the chosen job). The attentive agents
@@ -27,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from attentived.topology import Topology
 
 from .features import Context, FeatureEncoder, JobView, wait_allowed
 from .fit import Fit
@@ -136,7 +139,7 @@ class TwoPhasePolicy:
         blocked = [i for i in ranked if not ctx.feasible[i]]
         hold = self._hold(state, blocked[0]) if blocked else None
         rest = [state.pending[i] for i in ranked]
-        if waited and hold is not None:
+        if waited:
             filled = self._backfill(state, rest, hold)
             starts += filled
             gone = {s.job_id for s in filled}
@@ -170,27 +173,36 @@ class TwoPhasePolicy:
         job = ctx.state.pending[index]
         return Choice(job, self._place(ctx, enc, slot, job), index), view, enc
 
-    def _backfill(self, state: ClusterState, ranked: list[PendingJob], hold: Hold) -> list[Start]:
-        """The jobs, in rank order, that start behind the agent's WAIT: those whose time
-        limit ends before the held job is expected to start, consolidated on the free GPUs
-        (EASY backfill's rule: Slurm ends them by then, so they cannot delay it).
+    def _backfill(self, state: ClusterState, ranked: list[PendingJob], hold: Hold | None) -> list[Start]:
+        """The jobs, in rank order, that start behind the agent's WAIT, consolidated on the
+        free GPUs: those whose time limit ends before the held job is expected to start
+        (Slurm ends them by then), and those that get a placement as packed as on an empty
+        cluster without touching the held GPUs (they take nothing the held job needs). The
+        rules of EASY backfill, with one condition more: what the WAIT may have been for,
+        a packed placement later instead of a spread one now, is kept.
 
-        Why: a WAIT idles the free GPUs until the next arrival or end. Held for a job that
-        can only start when long jobs end, that was hours: a model trained with an urgency
-        input idled 110 of 128 GPUs for 100 hours, 180 jobs pending, on one held-out window
-        at W = 1. Its WAIT keeps what it is for (the held job starts as expected, and a
-        WAIT without a blocked job, e.g. for a packed placement, fills nothing)."""
+        Why: a WAIT idles the free GPUs until the next arrival or end, and a model trained
+        with an urgency input learned to WAIT with every job able to start: on one held-out
+        window at W = 1 it left 96 of 128 GPUs idle for 95 hours with 177 jobs pending, all
+        of 1 or 4 GPUs. A WAIT held for a job that can only start when long jobs end idled
+        the cluster the same way."""
         fit = Fit.of(state)
         free = state.free.copy()
         n_free = int(free.sum())
+        held = np.zeros_like(free)
+        if hold is not None:
+            held[list(hold.gpus)] = True
+        topo, ideal = state.topology, {}
         starts: list[Start] = []
         for job in ranked:
-            if (job.job_id == hold.job_id or job.time_limit is None or job.num_gpus > n_free
-                    or state.now + job.time_limit > hold.expected_start):
+            if not n_free:
+                break
+            if (hold is not None and job.job_id == hold.job_id) or job.num_gpus > n_free:
                 continue
-            usable = fit.usable(job, free)
+            in_time = hold is not None and job.time_limit is not None and state.now + job.time_limit <= hold.expected_start
+            usable = fit.usable(job, free if in_time else free & ~held)
             gpus = self._hold_placer.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
-            if gpus is None:
+            if gpus is None or not (in_time or _packed(topo, gpus, ideal)):
                 continue
             taken = fit.take(job, gpus)
             free[list(taken)] = False
@@ -201,6 +213,16 @@ class TwoPhasePolicy:
     def _hold(self, state: ClusterState, idx: int) -> Hold | None:
         """Where and when pending job ``idx`` is expected to fit (a consolidated placement)."""
         return expected_hold(state.pending[idx], state.free, state, self._hold_placer)
+
+
+def _packed(topo: Topology, gpus: tuple[int, ...], ideal: dict[int, tuple[int, int, int]]) -> bool:
+    """Whether ``gpus`` touch no more NVLink islands and nodes than the job's size needs
+    on an empty cluster (`Topology.ideal_gpus`; ``ideal`` caches that per size)."""
+    n = len(gpus)
+    if n not in ideal:
+        ideal[n] = topo.spread(topo.ideal_gpus(n))
+    islands, nodes, _ = topo.spread(gpus)
+    return islands <= ideal[n][0] and nodes <= ideal[n][1]
 
 
 def _shifted(index: np.ndarray, taken: list[int]) -> np.ndarray:

@@ -55,10 +55,12 @@ def _always_wait(pol: AttentivePolicy) -> None:
 def test_wait_is_impossible_on_an_idle_cluster(lab):
     pol = _policy()
     _always_wait(pol)
-    idle = make_state(lab, [job("a", gpus=4), job("b", gpus=2, submit=1)])
+    idle = make_state(lab, [job("a", gpus=4), job("b", gpus=8, submit=1, nodes=1)])
     plan = pol.decide(idle)
-    assert len(plan.starts) == 1 and plan.waited  # it had to start one; then WAIT was legal
-    busy = make_state(lab, [job("a", gpus=4)], running=[RunningJob("r", "x", (0,), 0.0, 0.0, 60.0)])
+    assert plan.waited and len(plan.starts) == 2  # it had to start one; the other started behind its WAIT
+    # Only a spread placement left (GPUs 3, 7, 11, 15 free): the WAIT stands, nothing starts.
+    busy = make_state(lab, [job("a", gpus=4)], running=[
+        RunningJob("r", "x", tuple(g for g in range(32) if g not in (3, 7, 11, 15)), 0.0, 0.0, 60.0)])
     plan = pol.decide(busy)
     assert plan.starts == () and plan.waited
 
@@ -94,6 +96,22 @@ def test_behind_a_wait_jobs_that_end_before_the_held_job_can_start_run(lab):
     soon = make_state(lab, pending, running=[RunningJob("long", "x", tuple(range(8)), 0.0, 1000.0, 1800.0)], now=1000.0)
     plan = pol.decide(soon)
     assert plan.starts == () and plan.holds[0].expected_start == 2800.0
+
+
+def test_a_wait_with_nothing_blocked_keeps_only_spread_placements_waiting(lab):
+    """Every island has 2 free GPUs and nothing is blocked: behind the agent's WAIT the
+    2-GPU jobs start, each on one island; the 4-GPU job, whose only placement now spans two
+    islands, keeps waiting for a packed one (what a WAIT may be for)."""
+    pol = _policy()
+    _always_wait(pol)
+    free = {g for island in range(8) for g in (4 * island + 2, 4 * island + 3)}
+    running = [RunningJob("r", "x", tuple(g for g in range(32) if g not in free), 0.0, 1000.0, 3600.0)]
+    s = make_state(lab, [job("four", gpus=4), job("two", gpus=2, submit=1), job("two-b", gpus=2, submit=2)],
+                   running=running, now=1000.0)
+    plan = pol.decide(s)
+    _check_plan(plan, s)
+    assert plan.waited and plan.holds == () and {st.job_id for st in plan.starts} == {"two", "two-b"}
+    assert all(tight(lab, st.gpus, 1) for st in plan.starts)
 
 
 def test_decisions_are_deterministic(lab):
