@@ -20,6 +20,7 @@ table. Writes bench/results/fairness_knob.json.
 
     .venv/bin/python bench/fairness_knob.py [--quick] [--windows N] [--skip N] [--genetic 0.5,1] [--annealing 1]
         [--policy NAME ...] [--out FILE]   # NAME e.g. attentive:model=runs/a/best.pt,fairness=1
+    .venv/bin/python bench/fairness_knob.py --merge PART.json ... --out FILE   # join runs, recompute the summary
 
 The committed results come from ``--windows 16 --genetic 0.5,0.75,1 --annealing 0.75,1
 --before RUNS.json``, where RUNS.json held the same windows and seeds replayed by
@@ -90,9 +91,13 @@ def main() -> None:
     ap.add_argument("--before", default=None,
                     help="JSON of runs of the same windows and seeds by the code before the knob ({name: [run rows]}), "
                          "summarised as extra rows named 'NAME (before)'")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="join these outputs of runs on disjoint windows into one report (--out); runs nothing")
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge, Path(args.out))
+        return
 
-    from attentived.agents.objective import DEFAULT_FAIRNESS
     from attentived.agents.registry import expand, make_policy
     from attentived.simulator.replay import replay
 
@@ -111,8 +116,7 @@ def main() -> None:
     def policies(seed: int):
         return [make_policy(n, seed=seed) for n in names]
 
-    runs: dict[str, list[dict[str, float]]] = {}
-    per_window: dict[str, dict[str, dict[str, float]]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     t_start = time.perf_counter()
     for trace in traces:
         for seed in seeds:
@@ -129,9 +133,36 @@ def main() -> None:
             rows = sorted((r for r in rows if (r["window"], r["seed"]) in wanted), key=lambda r: (r["window"], r["seed"]))
             if len(rows) == len(wanted):
                 runs[f"{name} (before)"] = rows
+    report(runs, [t.name for t in traces], list(seeds), {"nodes": len(topo.nodes), "gpus": topo.num_gpus},
+           time.perf_counter() - t_start, Path(args.out))
+
+
+def merge(paths: list[str], out: Path) -> None:
+    """One report from several outputs of this bench: runs on disjoint windows (``--skip``,
+    e.g. two halves run at once on two cores) and runs of other policies on the same
+    windows are joined, and the summary recomputed. A policy is kept when it has a run for
+    every window and seed of the whole (its summary would cover other runs than the rest's)."""
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    windows = list(dict.fromkeys(w for d in docs for w in d["windows"]))
+    seeds = sorted({s for d in docs for s in d["seeds"]})
+    rows: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
+    for d in docs:
+        for name, rs in d["runs"].items():
+            rows.setdefault(name, {}).update({(r["window"], r["seed"]): r for r in rs})
+    whole = {(w, s) for w in windows for s in seeds}
+    runs = {name: list(rs.values()) for name, rs in rows.items() if set(rs) == whole}
+    report(runs, windows, seeds, docs[0]["cluster"], sum(d["wall_s"] for d in docs), out)
+
+
+def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: list[int], cluster: dict[str, int],
+           wall_s: float, out: Path) -> None:
+    """Print the summary and per-window tables of ``runs`` and write them as JSON to ``out``."""
+    from attentived.agents.objective import DEFAULT_FAIRNESS
+
+    per_window: dict[str, dict[str, dict[str, float]]] = {}
     for name in runs:  # the same (window, seed) order in every list
-        runs[name].sort(key=lambda r: ([t.name for t in traces].index(r["window"]), r["seed"]))
-    names = list(runs)  # the policies, then the "(before)" rows
+        runs[name].sort(key=lambda r: (windows.index(r["window"]), r["seed"]))
+    names = list(runs)
     ref = runs[REFERENCE]
     summary: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -141,11 +172,11 @@ def main() -> None:
         summary[name]["max_user_wait_vs_sjf"] = gmean([r["max_user_wait"] / b["max_user_wait"] for r, b in zip(rs, ref)])
     for name in names:
         per_window[name] = {}
-        for trace in traces:
-            rs = [r for r in runs[name] if r["window"] == trace.name]
-            per_window[name][trace.name] = {k: float(np.mean([r[k] for r in rs])) for k in ("avg_jct", "max_user_wait", "jain_slowdown")}
+        for w in windows:
+            rs = [r for r in runs[name] if r["window"] == w]
+            per_window[name][w] = {k: float(np.mean([r[k] for r in rs])) for k in ("avg_jct", "max_user_wait", "jain_slowdown")}
 
-    print(f"\n{len(traces)} window(s) x seeds {list(seeds)}, 1,000 jobs each, 16x8 GPUs, load 1.1, Philly days [40, 60)")
+    print(f"\n{len(windows)} window(s) x seeds {seeds}, 1,000 jobs each, 16x8 GPUs, load 1.1, Philly days [40, 60)")
     print("mean [min, max] over windows x seeds; 'x sjf' = geometric mean of the ratio to sjf+consolidate per run")
     print(f"{'policy':<26}{'avg JCT h':>22}{'x sjf':>7}{'max user wait h':>24}{'x sjf':>7}{'Jain slowdown':>22}")
     for name in names:
@@ -155,18 +186,17 @@ def main() -> None:
               f"{m['mean'] / 3600:>9.2f} [{m['min'] / 3600:5.2f},{m['max'] / 3600:7.2f}]{s['max_user_wait_vs_sjf']:>7.3f}"
               f"{f['mean']:>9.3f} [{f['min']:.3f},{f['max']:.3f}]")
     print("\nper window (mean over seeds): avg JCT h / max user wait h")
-    print(f"{'policy':<26}" + "".join(f"{t.name.split('-')[-1]:>14}" for t in traces))
+    print(f"{'policy':<26}" + "".join(f"{w.split('-')[-1]:>14}" for w in windows))
     for name in names:
         print(f"{name:<26}" + "".join(
-            f"{per_window[name][t.name]['avg_jct'] / 3600:>6.2f}/{per_window[name][t.name]['max_user_wait'] / 3600:<7.2f}" for t in traces))
+            f"{per_window[name][w]['avg_jct'] / 3600:>6.2f}/{per_window[name][w]['max_user_wait'] / 3600:<7.2f}" for w in windows))
     doc = {
-        "benchmark": "fairness_knob", "held_out_days": [40, 60], "windows": [t.name for t in traces],
-        "jobs_per_window": 1000, "cluster": {"nodes": len(topo.nodes), "gpus": topo.num_gpus}, "load": 1.1,
-        "seeds": list(seeds), "reference": REFERENCE, "default_fairness": DEFAULT_FAIRNESS,
+        "benchmark": "fairness_knob", "held_out_days": [40, 60], "windows": windows,
+        "jobs_per_window": 1000, "cluster": cluster, "load": 1.1,
+        "seeds": seeds, "reference": REFERENCE, "default_fairness": DEFAULT_FAIRNESS,
         "summary": summary, "per_window": per_window, "runs": runs,
-        "wall_s": time.perf_counter() - t_start,
+        "wall_s": wall_s,
     }
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"\nwrote {out}")

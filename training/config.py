@@ -64,9 +64,9 @@ class PPOConfig:
     # and the network reads W (one model for every W; validated at VALIDATION_FAIRNESS).
     # None: W = 1 for every episode and no W input (the DRL baselines).
     fairness_range: tuple[float, float] | None = None
-    # Experimental: the job agent also reads each job's urgency beside W (NetConfig.
-    # urgency_input). Off by default: its first runs idled the cluster at high W, or
-    # trained unstably (docs/agents.md, "Reading the teacher's urgency").
+    # The job agent also reads each job's urgency beside W (NetConfig.urgency_input): on
+    # for the attentive agent (`kinds`), whose knob barely moved the worst-off user
+    # without it (docs/agents.md, "The fairness setting W on held-out days").
     urgency_input: bool = False
     teacher: str = "smallest-gpu-time"  # one of TEACHER_NAMES (training.teacher.TEACHERS)
     # model

@@ -76,8 +76,9 @@ def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
 
 
 def _attentive_defaults() -> dict[str, Any]:
-    """One network for every fairness setting, taught by the look-ahead at each episode's W."""
-    return {"fairness_range": (0.0, 1.0), "teacher": "look-ahead"}
+    """One network for every fairness setting that reads each job's urgency beside it, taught by
+    the look-ahead at each episode's W."""
+    return {"fairness_range": (0.0, 1.0), "teacher": "look-ahead", "urgency_input": True}
 
 
 KINDS: dict[str, AgentKind] = {
