@@ -292,6 +292,14 @@ class RunningArrays:
 _USER, _GPUS, _START, _SUBMIT, _DEADLINE = (attrgetter(a) for a in ("user", "gpus", "start_time", "submit_time", "deadline"))
 
 
+def _without(pending: Sequence[PendingJob], index: int) -> RowView:
+    """``pending`` without job ``index``, as rows of the same jobs: a plan of 460 starts on
+    a queue of 10,000 copied the queue's tuple at every start."""
+    if isinstance(pending, RowView):
+        return RowView(pending._jobs, np.delete(pending._rows, index))
+    return RowView(pending, np.delete(np.arange(len(pending)), index))
+
+
 class RowView(Sequence[PendingJob]):
     """``jobs[rows[i]]`` for each i, read on demand: the simulator's pending queue.
 
@@ -490,18 +498,16 @@ class ClusterState:
         assert run.start_time == self.now, "a plan starts jobs now"
         free = self.free.copy()
         free[list(run.gpus)] = False
-        keep = np.ones(len(self.pending), bool)
-        keep[index] = False
         q = self.queue
         out = ClusterState(
             now=self.now,
             topology=self.topology,
             free=free,
-            pending=tuple(self.pending[:index]) + tuple(self.pending[index + 1 :]),
+            pending=_without(self.pending, index),
             running=self.running + (run,),
             users=self.users,
-            queue_arrays=QueueArrays(q.seq[keep], q.submit[keep], q.gpus[keep], q.limit[keep], q.oracle[keep],
-                                     q.user[keep], q.users),
+            queue_arrays=QueueArrays(*(np.delete(a, index) for a in (q.seq, q.submit, q.gpus, q.limit, q.oracle, q.user)),
+                                     q.users),
             nodes=nodes,
         )
         cache = out.__dict__  # cached_property's own store

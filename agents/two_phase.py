@@ -138,14 +138,13 @@ class TwoPhasePolicy:
         ranked = _rank(state, view, enc.logits[0, : self.encoder.window].numpy())
         blocked = [i for i in ranked if not ctx.feasible[i]]
         hold = self._hold(state, blocked[0]) if blocked else None
-        rest = [state.pending[i] for i in ranked]
         if waited:
-            filled = self._backfill(state, rest, hold)
+            filled = self._backfill(state, [state.pending[i] for i in ranked], hold)
             starts += filled
             gone = {s.job_id for s in filled}
-            rest = [j for j in rest if j.job_id not in gone]
+            ranked = [i for i in ranked if state.pending[i].job_id not in gone]
         return Plan(
-            order=tuple(s.job_id for s in starts) + tuple(j.job_id for j in rest),
+            order=tuple(s.job_id for s in starts) + tuple(state.pending[i].job_id for i in ranked),
             starts=tuple(starts),
             holds=(hold,) if hold is not None else (),
             waited=waited,
@@ -246,11 +245,13 @@ def _started(state: ClusterState, index: int, gpus: tuple[int, ...]) -> ClusterS
 
 
 def _rank(state: ClusterState, view: JobView, logits: np.ndarray) -> list[int]:
-    """Queue indices: the window by logit (best first), then the others oldest first."""
+    """Queue indices: the window by logit (best first), then the others oldest first (by
+    submit time, then queue index; from the queue's arrays: sorting 10,000 jobs by a Python
+    key was 50 ms of a 1 s plan at 16,384 GPUs)."""
     k = int(view.valid.sum())
-    window = [int(view.index[s]) for s in np.argsort(-logits[:k], kind="stable")]
-    inside = set(window)
-    others = sorted((i for i in range(len(state.pending)) if i not in inside), key=lambda i: (state.pending[i].submit_time, i))
-    return window + others
-
-
+    window = view.index[:k][np.argsort(-logits[:k], kind="stable")]
+    outside = np.ones(len(state.pending), bool)
+    outside[window] = False
+    others = np.flatnonzero(outside)
+    others = others[np.lexsort((others, state.queue.submit[others]))]
+    return window.tolist() + others.tolist()
