@@ -68,6 +68,21 @@ def _stop(lab, name: str) -> None:
                timeout=20, what=f"{name} gone")
 
 
+def _jobs_during_outage(lab, eng, daemons, jobs) -> list:
+    """Stop ``daemons``, run ``jobs`` ((user, GPUs) each) to completion while they are down
+    (slurmctld runs them and keeps their records), then one daemon cycle, which must
+    succeed: scheduling goes on. Returns the job ids."""
+    for name in daemons:
+        _stop(lab, name)
+    done = [lab.submit(user, gpus, script="sleep 1") for user, gpus in jobs]
+    for j in done:
+        lab.wait_for_state(j, "COMPLETED", timeout=60)
+    time.sleep(0.15)  # past the accounting check's interval
+    r = eng.run_cycle()
+    assert r.ok, r.error
+    return done
+
+
 def test_an_accounting_outage_is_named_and_loses_nothing(clean_lab, tmp_path):
     lab = clean_lab
     eng = runner_for(lab, tmp_path, accounting_check_interval=0.1)
@@ -75,15 +90,7 @@ def test_an_accounting_outage_is_named_and_loses_nothing(clean_lab, tmp_path):
     assert r.ok, r.error
     assert eng.status()["accounting"]["reachable"] is True and "accounting_up 1" in eng.metrics.render()
     try:
-        _stop(lab, "slurmdbd")
-        _stop(lab, "mariadbd")
-        # jobs come and go while accounting is down: slurmctld runs them and keeps their records
-        done = [lab.submit(user, gpus, script="sleep 1") for user, gpus in (("alice", 2), ("bob", 8))]
-        for j in done:
-            lab.wait_for_state(j, "COMPLETED", timeout=60)
-        time.sleep(0.15)
-        r = eng.run_cycle()
-        assert r.ok, r.error  # scheduling goes on
+        done = _jobs_during_outage(lab, eng, ("slurmdbd", "mariadbd"), (("alice", 2), ("bob", 8)))
         status = eng.status()
         acct = status["accounting"]
         assert acct["reachable"] is False and acct["down_since"] and "Connection refused" in acct["error"], acct
@@ -125,13 +132,7 @@ def test_a_database_outage_behind_a_running_slurmdbd_is_named_and_loses_nothing(
     lab = clean_lab
     eng = runner_for(lab, tmp_path, accounting_check_interval=0.1)
     try:
-        _stop(lab, "mariadbd")
-        done = [lab.submit(user, gpus, script="sleep 1") for user, gpus in (("carol", 4), ("alice", 1))]
-        for j in done:
-            lab.wait_for_state(j, "COMPLETED", timeout=60)
-        time.sleep(0.15)
-        r = eng.run_cycle()
-        assert r.ok, r.error
+        done = _jobs_during_outage(lab, eng, ("mariadbd",), (("carol", 4), ("alice", 1)))
         acct = eng.status()["accounting"]
         assert acct["reachable"] is False and "Unable to connect to database" in acct["error"], acct
         assert "accounting_up 0" in eng.metrics.render()
