@@ -506,7 +506,8 @@ class ClusterState:
             pending=_without(self.pending, index),
             running=self.running + (run,),
             users=self.users,
-            queue_arrays=QueueArrays(*(np.delete(a, index) for a in (q.seq, q.submit, q.gpus, q.limit, q.oracle, q.user)),
+            queue_arrays=QueueArrays(np.delete(q.seq, index), np.delete(q.submit, index), np.delete(q.gpus, index),
+                                     np.delete(q.limit, index), np.delete(q.oracle, index), np.delete(q.user, index),
                                      q.users),
             nodes=nodes,
         )

@@ -191,7 +191,8 @@ class TwoPhasePolicy:
         held = np.zeros_like(free)
         if hold is not None:
             held[list(hold.gpus)] = True
-        topo, ideal = state.topology, {}
+        topo = state.topology
+        ideal: dict[int, tuple[int, int, int]] = {}
         starts: list[Start] = []
         for job in ranked:
             if not n_free:

@@ -186,10 +186,12 @@ def test_the_urgency_bias_never_moves_wait():
 def _urgency_net() -> AttentiveNet:
     """A small urgency model whose bias is (0, 3): 3 * W * u, the urgency token input off."""
     net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, urgency_input=True)).eval()
+    agent = net.job_agent
+    assert agent.urgency_in is not None and agent.urgency_bias is not None
     with torch.no_grad():
-        net.job_agent.urgency_in.weight.zero_()
-        net.job_agent.urgency_in.bias.zero_()
-        net.job_agent.urgency_bias.copy_(torch.tensor([0.0, 3.0]))
+        agent.urgency_in.weight.zero_()
+        agent.urgency_in.bias.zero_()
+        agent.urgency_bias.copy_(torch.tensor([0.0, 3.0]))
     return net
 
 
