@@ -296,8 +296,13 @@ def _without(pending: Sequence[PendingJob], index: int) -> RowView:
     """``pending`` without job ``index``, as rows of the same jobs: a plan of 460 starts on
     a queue of 10,000 copied the queue's tuple at every start."""
     if isinstance(pending, RowView):
-        return RowView(pending._jobs, np.delete(pending._rows, index))
-    return RowView(pending, np.delete(np.arange(len(pending)), index))
+        return RowView(pending._jobs, _cut(pending._rows, index))
+    return RowView(pending, _cut(np.arange(len(pending)), index))
+
+
+def _cut(a: np.ndarray, index: int) -> np.ndarray:
+    """``a`` without element ``index`` (``np.delete``'s result, at a quarter of its overhead)."""
+    return np.concatenate((a[:index], a[index + 1 :]))
 
 
 class RowView(Sequence[PendingJob]):
@@ -420,7 +425,12 @@ class ClusterState:
         ``release_order`` when it keeps running jobs so, else sorted here."""
         if self.release_order is not None:
             return self.release_order
-        return release_order(sorted(self.running, key=BY_RELEASE), self.now)
+        # By the deadlines' array, ids breaking ties: sorting 6,000 running jobs by a
+        # Python key was 48 ms of a 1 s plan at 16,384 GPUs.
+        running = self.running
+        ids = np.array([r.job_id for r in running]) if running else np.zeros(0)
+        order = np.lexsort((ids, self.running_arrays.deadline))
+        return release_order([running[i] for i in order.tolist()], self.now)
 
     @cached_property
     def free_counts(self) -> tuple[np.ndarray, np.ndarray]:
@@ -506,9 +516,8 @@ class ClusterState:
             pending=_without(self.pending, index),
             running=self.running + (run,),
             users=self.users,
-            queue_arrays=QueueArrays(np.delete(q.seq, index), np.delete(q.submit, index), np.delete(q.gpus, index),
-                                     np.delete(q.limit, index), np.delete(q.oracle, index), np.delete(q.user, index),
-                                     q.users),
+            queue_arrays=QueueArrays(_cut(q.seq, index), _cut(q.submit, index), _cut(q.gpus, index),
+                                     _cut(q.limit, index), _cut(q.oracle, index), _cut(q.user, index), q.users),
             nodes=nodes,
         )
         cache = out.__dict__  # cached_property's own store
