@@ -103,9 +103,7 @@ class Scheduler:
         ranking = self.chooser.rank(state)
         order = np.asarray(ranking.order, dtype=np.int64)
         limit = len(order) if ranking.startable is None else ranking.startable
-        # FIFO's order on an arrival-ordered queue is the identity: no gather of the queue then.
-        identity = order is state.queue.arrival and state.queue.in_arrival_order
-        wanted = state.queue.gpus if identity else state.queue.gpus[order]
+        wanted: np.ndarray | None = None  # GPUs asked, in rank order: read only behind a hold with backfill
         fit = Fit.of(state)
         free = state.free.copy()
         n_free = state.num_free
@@ -123,6 +121,8 @@ class Scheduler:
             if hold is not None:
                 # Behind a hold only jobs that fit what they may use are candidates: jump
                 # straight to the next one instead of walking a long queue in Python.
+                if wanted is None:
+                    wanted = _in_order(state.queue.gpus, order, state)
                 ok = (wanted[pos:limit] <= n_unheld) | (ends_in_time[pos:limit] & (wanted[pos:limit] <= n_free))
                 ahead = np.flatnonzero(ok)
                 if not len(ahead):
@@ -162,6 +162,13 @@ class Scheduler:
 
     def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState, fit: Fit) -> Hold | None:
         return expected_hold(job, free, state, self.placer, fit)
+
+
+def _in_order(values: np.ndarray, order: np.ndarray, state: ClusterState) -> np.ndarray:
+    """A queue array in rank order. FIFO's order on an arrival-ordered queue is the
+    identity: no gather of the queue then."""
+    q = state.queue
+    return values if order is q.arrival and q.in_arrival_order else values[order]
 
 
 def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer: Placer, fit: Fit | None = None) -> Hold | None:
