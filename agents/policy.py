@@ -144,7 +144,7 @@ class Scheduler:
                     unheld = free.copy()
                     unheld[list(hold.gpus)] = False
                     n_unheld = int(unheld.sum())
-                    ends_in_time = state.now + state.queue.limit[order] <= hold.expected_start
+                    ends_in_time = state.now + _in_order(state.queue.limit, order, state) <= hold.expected_start
                 continue
             taken = fit.take(job, gpus)
             free[list(taken)] = False

@@ -428,8 +428,7 @@ class ClusterState:
         # By the deadlines' array, ids breaking ties: sorting 6,000 running jobs by a
         # Python key was 48 ms of a 1 s plan at 16,384 GPUs.
         running = self.running
-        ids = np.array([r.job_id for r in running]) if running else np.zeros(0)
-        order = np.lexsort((ids, self.running_arrays.deadline))
+        order = np.lexsort((np.array([r.job_id for r in running]), self.running_arrays.deadline))
         return release_order([running[i] for i in order.tolist()], self.now)
 
     @cached_property

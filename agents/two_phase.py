@@ -191,8 +191,6 @@ class TwoPhasePolicy:
         held = np.zeros_like(free)
         if hold is not None:
             held[list(hold.gpus)] = True
-        topo = state.topology
-        ideal: dict[int, tuple[int, int, int]] = {}
         starts: list[Start] = []
         for job in ranked:
             if not n_free:
@@ -202,7 +200,7 @@ class TwoPhasePolicy:
             in_time = hold is not None and job.time_limit is not None and state.now + job.time_limit <= hold.expected_start
             usable = fit.usable(job, free if in_time else free & ~held)
             gpus = self._hold_placer.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
-            if gpus is None or not (in_time or _packed(topo, gpus, ideal)):
+            if gpus is None or not (in_time or _packed(state.topology, gpus)):
                 continue
             taken = fit.take(job, gpus)
             free[list(taken)] = False
@@ -215,14 +213,12 @@ class TwoPhasePolicy:
         return expected_hold(state.pending[idx], state.free, state, self._hold_placer)
 
 
-def _packed(topo: Topology, gpus: tuple[int, ...], ideal: dict[int, tuple[int, int, int]]) -> bool:
+def _packed(topo: Topology, gpus: tuple[int, ...]) -> bool:
     """Whether ``gpus`` touch no more NVLink islands and nodes than the job's size needs
-    on an empty cluster (`Topology.ideal_gpus`; ``ideal`` caches that per size)."""
-    n = len(gpus)
-    if n not in ideal:
-        ideal[n] = topo.spread(topo.ideal_gpus(n))
+    on an empty cluster (`Topology.least_spread`)."""
     islands, nodes, _ = topo.spread(gpus)
-    return islands <= ideal[n][0] and nodes <= ideal[n][1]
+    least_islands, least_nodes, _ = topo.least_spread(len(gpus))
+    return islands <= least_islands and nodes <= least_nodes
 
 
 def _shifted(index: np.ndarray, taken: list[int]) -> np.ndarray:

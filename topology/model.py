@@ -362,6 +362,19 @@ class Topology:
             raise ValueError(f"cannot place {n} GPUs on a {self.num_gpus}-GPU cluster")
         return _ideal_gpus(self, n)
 
+    def least_spread(self, n: int) -> tuple[int, int, int]:
+        """`spread` of `ideal_gpus`: the fewest (islands, nodes, leaf switches) ``n`` GPUs
+        touch on an empty cluster, what a placement "split more than needed" exceeds.
+        Cached per size: a plan asks it for each job it weighs."""
+        cache = self._least_spread
+        if n not in cache:
+            cache[n] = self.spread(self.ideal_gpus(n))
+        return cache[n]
+
+    @cached_property
+    def _least_spread(self) -> dict[int, tuple[int, int, int]]:
+        return {}
+
     def spread(self, gpus: tuple[int, ...] | list[int] | np.ndarray) -> tuple[int, int, int]:
         """(islands, nodes, leaf switches) touched by a GPU set."""
         idx = np.asarray(gpus, dtype=np.int64)

@@ -113,11 +113,10 @@ def extra_metrics(records: Sequence[JobRecord], topo: Topology) -> dict[str, flo
     multi = [r for r in records if r.num_gpus > 1 and len(r.gpus) == r.num_gpus]
     slow = [speed.slowdown(r.model, r.gpus) for r in multi]
     spread = [topo.spread(r.gpus) for r in multi]
-    ideal = {r.job_id: topo.spread(topo.ideal_gpus(r.num_gpus)) for r in multi}
     return {
         "placement_slowdown": float(np.mean(slow)) if slow else 1.0,
         "multi_gpu_jobs": len(multi),
-        "split_more_than_needed": sum(1 for r, s in zip(multi, spread) if s > ideal[r.job_id]),
+        "split_more_than_needed": sum(1 for r, s in zip(multi, spread) if s > topo.least_spread(r.num_gpus)),
         "cross_node": sum(1 for s in spread if s[1] > 1),
         "cross_switch": sum(1 for s in spread if s[2] > 1),
     }

@@ -116,6 +116,13 @@ def test_ideal_gpus_prefers_bigger_islands_and_nodes() -> None:
     assert topo.ideal_gpus(3) == (3, 4, 5)  # big's 3-GPU island, ids 2 + (1, 2, 3)
 
 
+@pytest.mark.parametrize(("n", "least"), [(1, (1, 1, 1)), (4, (1, 1, 1)), (8, (2, 1, 1)), (12, (3, 2, 1)),
+                                          (16, (4, 2, 1)), (32, (8, 4, 2))])
+def test_least_spread_is_the_ideal_sets_and_is_asked_once_per_size(topo: Topology, n: int, least) -> None:
+    assert topo.least_spread(n) == least == topo.spread(topo.ideal_gpus(n))
+    assert topo.least_spread(n) is topo.least_spread(n)
+
+
 @pytest.mark.parametrize("n", [0, 33])
 def test_ideal_gpus_rejects_impossible_sizes(topo: Topology, n: int) -> None:
     with pytest.raises(ValueError, match="cannot place"):
