@@ -29,7 +29,7 @@ import numpy as np
 
 from attentived.topology import Topology
 
-from .state import ClusterState, NodeCapacity, PendingJob, RunningJob, node_counts
+from .state import ClusterState, NodeCapacity, PendingJob, RunningJob
 
 
 def request(job: PendingJob) -> tuple:
@@ -65,7 +65,7 @@ class Fit:
         self.cpus = np.array(nodes.cpus, dtype=np.int64)
         self.mem = np.array(nodes.mem, dtype=np.int64)
         self.idle = np.array(nodes.idle, dtype=bool)
-        all_free = np.ones(n, bool) if free is None else node_counts(topology, free) == _sizes(topology)
+        all_free = np.ones(n, bool) if free is None else topology.per_node(free) == _sizes(topology)
         self._occupied = ~self.idle & all_free
 
     @classmethod
@@ -102,7 +102,7 @@ class Fit:
         if not (sized or job.placement_constrained):
             return free
         topo = self.topology
-        node_free = node_counts(topo, free)
+        node_free = topo.per_node(free)
         room = np.where(self._static(job), node_free, 0)  # GPUs the job may take on each node
         if job.exclusive:
             whole = node_free == _sizes(topo)
@@ -280,7 +280,7 @@ def _fullest_first(topo: Topology, free: np.ndarray, keep: np.ndarray) -> np.nda
     """``free`` with at most ``keep[n]`` GPUs left on node ``n``: those of its fullest
     NVLink islands (a job cut to fewer GPUs on a node should still share islands)."""
     mask = free & (keep > 0)[topo.gpu_node]
-    if (node_counts(topo, mask) <= keep).all():
+    if (topo.per_node(mask) <= keep).all():
         return mask
     g = np.flatnonzero(mask)
     island = topo.gpu_island[g]

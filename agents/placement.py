@@ -13,7 +13,7 @@ import numpy as np
 
 from attentived.topology import Topology
 
-from .state import ClusterState, PendingJob, free_counts, node_counts
+from .state import ClusterState, PendingJob, free_counts
 
 
 def _counts(state: ClusterState, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -61,7 +61,7 @@ class FirstFit:
             # The lowest free GPU is on the lowest node with one (most jobs of a trace ask one GPU).
             g = int(free.argmax())
             return (g,) if free[g] else None
-        node_free = node_counts(topo, free)  # islands do not matter here
+        node_free = topo.per_node(free)  # islands do not matter here
         if shape is not None:
             k, per = shape
             ok = np.flatnonzero(node_free >= per)

@@ -354,15 +354,9 @@ class NodeCapacity:
     features: tuple[frozenset[str], ...]
 
 
-def node_counts(topo: Topology, mask: np.ndarray) -> np.ndarray:
-    """GPUs of ``mask`` per node."""
-    return np.bincount(topo.gpu_node, weights=mask, minlength=len(topo.nodes)).astype(np.int64)
-
-
 def free_counts(topo: Topology, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Free GPUs per NVLink island and per node."""
-    per_island = np.bincount(topo.gpu_island, weights=free, minlength=topo.num_islands).astype(np.int64)
-    return per_island, node_counts(topo, free)
+    return topo.per_island(free), topo.per_node(free)
 
 
 DOWN_SECONDS = 30 * 86_400.0
@@ -399,6 +393,8 @@ class ClusterState:
     nodes: NodeCapacity | None = None
     #: ``running`` in `running_by_end` order, when the driver keeps it so (the simulator).
     release_order: tuple[RunningJob, ...] | None = field(default=None, repr=False, compare=False)
+    #: `limit_accuracies`, when the driver keeps them (the simulator).
+    user_accuracy: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.free.shape != (self.topology.num_gpus,):
@@ -415,7 +411,7 @@ class ClusterState:
 
     @cached_property
     def num_free(self) -> int:
-        return int(self.free.sum())
+        return int(np.count_nonzero(self.free))
 
     @cached_property
     def running_by_end(self) -> tuple[RunningJob, ...]:
@@ -430,6 +426,17 @@ class ClusterState:
         running = self.running
         order = np.lexsort((np.array([r.job_id for r in running]), self.running_arrays.deadline))
         return release_order([running[i] for i in order.tolist()], self.now)
+
+    @cached_property
+    def limit_accuracies(self) -> np.ndarray:
+        """Each of ``queue.users``'s `UserStats.limit_accuracy`, 1.0 when unknown: what a
+        size estimate multiplies time limits by. Given by the driver as ``user_accuracy``
+        when it keeps them (they change only when a user's job ends), else read here."""
+        if self.user_accuracy is not None:
+            return self.user_accuracy
+        users = self.users
+        return np.array([(s.limit_accuracy or 1.0) if (s := users.get(u)) is not None else 1.0
+                         for u in self.queue.users], dtype=float)
 
     @cached_property
     def free_counts(self) -> tuple[np.ndarray, np.ndarray]:
@@ -515,6 +522,7 @@ class ClusterState:
             pending=_without(self.pending, index),
             running=self.running + (run,),
             users=self.users,
+            user_accuracy=self.user_accuracy,
             queue_arrays=QueueArrays(_cut(q.seq, index), _cut(q.submit, index), _cut(q.gpus, index),
                                      _cut(q.limit, index), _cut(q.oracle, index), _cut(q.user, index), q.users),
             nodes=nodes,

@@ -180,3 +180,21 @@ def test_node_resources_default_to_unknown_and_are_checked() -> None:
         replace(node, mem_mb=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="node n: features must be a tuple of non-empty strings"):
         replace(node, features=["ib"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        pytest.param([[[0, 1, 2, 3], [4, 5, 6, 7]]] * 3, id="uniform: popcount per word"),
+        pytest.param([[[0, 1, 2, 3, 4, 5, 6, 7]], [[0, 1], [2, 3]], [[0, 1, 2]]], id="mixed sizes: sums per run"),
+        pytest.param([[[0, 2], [1, 3]], [[0, 1], [2, 3]]], id="interleaved islands: gathered"),
+        pytest.param([[[0, 1]], [], [[0, 1, 2, 3]], []], id="nodes without GPUs"),
+    ],
+)
+def test_per_node_and_per_island_count_a_mask(nodes: list[list[list[int]]]) -> None:
+    built = tuple(Node.from_groups(f"n{i}", groups) if groups else Node(name=f"n{i}", links=()) for i, groups in enumerate(nodes))
+    topo = Topology(nodes=built)
+    rng = np.random.default_rng(0)
+    for mask in (rng.random(topo.num_gpus) < 0.5, np.ones(topo.num_gpus, bool), (rng.random(2 * topo.num_gpus) < 0.5)[::2]):
+        assert topo.per_node(mask).tolist() == np.bincount(topo.gpu_node, weights=mask, minlength=len(built)).astype(int).tolist()
+        assert topo.per_island(mask).tolist() == np.bincount(topo.gpu_island, weights=mask, minlength=topo.num_islands).astype(int).tolist()
