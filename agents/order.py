@@ -8,8 +8,9 @@ finished jobs; ``sjf-oracle`` sees true durations and exists only as an upper bo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, overload
 
 import numpy as np
 
@@ -29,16 +30,71 @@ def estimated_runtime(job: PendingJob, state: ClusterState) -> float:
 def estimated_runtimes(state: ClusterState) -> np.ndarray:
     """``estimated_runtime`` for the whole queue at once (row i = ``state.pending[i]``)."""
     q = state.queue
-    users = state.users
-    accuracy = np.array([(s.limit_accuracy or 1.0) if (s := users.get(u)) is not None else 1.0 for u in q.users], dtype=float)
-    return q.limit * accuracy[q.user] if len(q.users) else q.limit.copy()
+    return q.limit * state.limit_accuracies[q.user] if len(q.users) else q.limit.copy()
 
 
 def _rank_by(state: ClusterState, *keys: np.ndarray) -> Ranking:
     """Sort by ``keys`` (most significant first), arrival order breaking ties."""
     if not keys:
         return Ranking(state.queue.arrival)
-    return Ranking(np.lexsort((state.queue.seq, *reversed(keys))))
+    return Ranking(SortedOnRead(state.queue.seq, keys))
+
+
+class SortedOnRead(Sequence[int]):
+    """Queue indices by ``keys`` (most significant first), ``seq`` (arrival order)
+    breaking ties, sorted only as far as they are read: the first ``k`` are the queue's
+    smallest ``k`` by the first key (a partition), sorted; reading further doubles ``k``.
+
+    A plan without backfill reads a handful (it stops at the first job that does not
+    fit); sorting a queue of thousands at each of the 700,000 decisions of a month on
+    16,384 GPUs was a fifth of that replay. ``np.asarray`` gives the whole order (the
+    daemon's priorities, a hold with backfill)."""
+
+    __slots__ = ("_seq", "_keys", "_head")
+
+    def __init__(self, seq: np.ndarray, keys: tuple[np.ndarray, ...]) -> None:
+        self._seq = seq
+        self._keys = keys
+        self._head = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[int, ...]: ...
+    def __getitem__(self, i: int | slice) -> int | tuple[int, ...]:
+        if isinstance(i, slice):
+            return tuple(np.asarray(self)[i].tolist())
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i >= len(self._head):
+            self._sort(max(i + 1, 2 * len(self._head), 16))
+        return int(self._head[i])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(np.asarray(self).tolist())
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        if len(self._head) < len(self):
+            self._sort(len(self))
+        return self._head if dtype is None else self._head.astype(dtype, copy=False)
+
+    def _sort(self, k: int) -> None:
+        """Make ``_head`` the first ``k`` (at least) of the order."""
+        seq, keys = self._seq, self._keys
+        first = keys[0]
+        if 4 * k < len(seq):
+            kth = np.partition(first, k - 1)[k - 1]
+            if not np.isnan(kth):  # NaN sorts last: beyond it, sort everything
+                rows = np.flatnonzero(first <= kth)  # every row of the first k, ties included
+                by = np.lexsort((seq[rows], *(key[rows] for key in reversed(keys))))
+                self._head = rows[by[:k]]
+                return
+        self._head = np.lexsort((seq, *reversed(keys)))
 
 
 @dataclass

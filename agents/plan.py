@@ -44,10 +44,19 @@ class OrderView(Sequence[str]):
     than the decision.
     """
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_jobs", "_order", "_view")
 
-    def __init__(self, jobs: Sequence[PendingJob], rows: np.ndarray) -> None:
-        self._rows = RowView(jobs, rows)
+    def __init__(self, jobs: Sequence[PendingJob], order: Sequence[int] | np.ndarray) -> None:
+        self._jobs, self._order = jobs, order
+        self._view: RowView | None = None
+
+    @property
+    def _rows(self) -> RowView:
+        """The jobs in rank order, the ranking made whole on first read (a chooser may
+        have sorted only the few rows the plan read)."""
+        if self._view is None:
+            self._view = RowView(self._jobs, np.asarray(self._order, dtype=np.int64))
+        return self._view
 
     def __len__(self) -> int:
         return len(self._rows)

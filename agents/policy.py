@@ -101,7 +101,7 @@ class Scheduler:
 
     def decide(self, state: ClusterState) -> Plan:
         ranking = self.chooser.rank(state)
-        order = np.asarray(ranking.order, dtype=np.int64)
+        order = ranking.order  # read by position: a chooser may sort only as far as it is read
         limit = len(order) if ranking.startable is None else ranking.startable
         wanted: np.ndarray | None = None  # GPUs asked, in rank order: read only behind a hold with backfill
         fit = Fit.of(state)
@@ -131,7 +131,7 @@ class Scheduler:
             job = state.pending[int(order[pos])]
             usable = fit.usable(job, free if hold is None or ends_in_time[pos] else unheld)
             pos += 1
-            gpus = self.placer.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
+            gpus = self.placer.place(job, usable, state) if job.num_gpus <= int(np.count_nonzero(usable)) else None
             if gpus is None:
                 if hold is None:
                     hold = self._hold(job, free, state, fit)
@@ -143,7 +143,7 @@ class Scheduler:
                         break
                     unheld = free.copy()
                     unheld[list(hold.gpus)] = False
-                    n_unheld = int(unheld.sum())
+                    n_unheld = int(np.count_nonzero(unheld))
                     ends_in_time = state.now + _in_order(state.queue.limit, order, state) <= hold.expected_start
                 continue
             taken = fit.take(job, gpus)
@@ -151,7 +151,7 @@ class Scheduler:
             n_free -= len(taken)
             if hold is not None:
                 unheld[list(taken)] = False
-                n_unheld = int(unheld.sum())
+                n_unheld = int(np.count_nonzero(unheld))
             starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
         return Plan(
             order=OrderView(state.pending, order),
@@ -164,11 +164,11 @@ class Scheduler:
         return expected_hold(job, free, state, self.placer, fit)
 
 
-def _in_order(values: np.ndarray, order: np.ndarray, state: ClusterState) -> np.ndarray:
+def _in_order(values: np.ndarray, order: Sequence[int] | np.ndarray, state: ClusterState) -> np.ndarray:
     """A queue array in rank order. FIFO's order on an arrival-ordered queue is the
     identity: no gather of the queue then."""
     q = state.queue
-    return values if order is q.arrival and q.in_arrival_order else values[order]
+    return values if order is q.arrival and q.in_arrival_order else values[np.asarray(order, dtype=np.int64)]
 
 
 def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer: Placer, fit: Fit | None = None) -> Hold | None:
@@ -178,12 +178,12 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     (default: the snapshot's), which is left as it is."""
     fit = Fit.of(state) if fit is None else fit.copy()
     future = free.copy()
-    n_future = int(future.sum())
+    n_future = int(np.count_nonzero(future))
     runs = state.running_by_end
     skip = _releases_short_of(job.num_gpus - n_future, runs) if fit.cpus is None else 0
     if skip:
         future[np.fromiter(chain.from_iterable(r.gpus for r in runs[:skip]), np.int64)] = True
-        n_future = int(future.sum())
+        n_future = int(np.count_nonzero(future))
     for run in runs[skip:]:
         back = fit.release(run)
         if back is run.gpus:
@@ -195,7 +195,7 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
         if n_future < job.num_gpus:
             continue
         usable = fit.usable(job, future)
-        gpus = placer.place(job, usable, state) if usable is future or int(usable.sum()) >= job.num_gpus else None
+        gpus = placer.place(job, usable, state) if usable is future or int(np.count_nonzero(usable)) >= job.num_gpus else None
         if gpus is not None:
             return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
     return None
