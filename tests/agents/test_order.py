@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from attentived.agents.order import (
@@ -8,6 +9,7 @@ from attentived.agents.order import (
     OracleShortestJobFirst,
     ShortestJobFirst,
     SlurmMultifactor,
+    SortedOnRead,
     Tiresias,
 )
 from attentived.agents.state import PendingJob, RunningJob, UserStats
@@ -144,3 +146,23 @@ def test_slurm_ticks_are_counted_not_compared_as_times(lab):
     later = {"alice": UserStats(jobs=2, gpu_seconds=90.0), "bob": users["bob"]}
     s = make_state(lab, [job("a", user="alice", submit=1), job("b", user="bob", submit=2)], users=later, now=549.888)
     assert ids(s, m.rank(s)) == ["a", "b"]  # still the tick of 492.3: alice's usage there was 10
+
+
+@pytest.mark.parametrize("values", [
+    pytest.param(lambda rng: rng.integers(0, 5, 300).astype(float), id="many ties"),
+    pytest.param(lambda rng: rng.random(300), id="distinct"),
+    pytest.param(lambda rng: np.where(rng.random(300) < 0.3, np.inf, rng.random(300)), id="no limits (inf)"),
+    pytest.param(lambda rng: np.where(rng.random(300) < 0.9, np.nan, rng.random(300)), id="mostly NaN"),
+])
+def test_a_ranking_sorted_on_read_is_the_full_sort_at_every_position(values):
+    rng = np.random.default_rng(0)
+    first, second = values(rng), rng.integers(0, 3, 300).astype(float)
+    seq = rng.permutation(300)
+    want = np.lexsort((seq, second, first))
+    for read in ([0, 1, 2, 40, 41, 299], [299], [5, 100, 16, 0]):
+        order = SortedOnRead(seq, (first, second))
+        assert [order[i] for i in read] == want[read].tolist()
+        assert np.asarray(order).tolist() == want.tolist() and list(order) == want.tolist()
+    assert SortedOnRead(seq, (first, second))[-1] == want[-1]
+    with pytest.raises(IndexError):
+        SortedOnRead(seq, (first, second))[300]
