@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
@@ -38,7 +39,6 @@ from attentived.agents.state import (
     RowView,
     RunningJob,
     UserStats,
-    release_order,
 )
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel, resolve_model
@@ -46,6 +46,7 @@ from attentived.topology.speed import SpeedModel, resolve_model
 from .limits import time_limit
 from .trace import TraceJob
 
+_DEADLINE, _JOB_ID = attrgetter("deadline"), attrgetter("job_id")
 _COMPLETION, _ARRIVAL, _PASS = 0, 1, 2  # at one instant, free GPUs before new jobs are seen
 
 #: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
@@ -229,9 +230,11 @@ class Simulation:
         self._arrived = 0  # arrivals come in row order: rows < _arrived have arrived
         self._sizes: Counter[int] = Counter()
         self._running: dict[str, RunningJob] = {}
-        # The same jobs by (deadline, job id), kept sorted as jobs start and end: each
-        # snapshot hands policies the release order (`ClusterState.running_by_end`) instead
-        # of a sort of thousands of running jobs at every blocked decision.
+        # The same jobs in release order (`ClusterState.running_by_end`), kept as jobs
+        # start, end and pass their limit: those past it by job id, the rest by (deadline,
+        # job id). Each snapshot hands policies this order instead of a sort of thousands
+        # of running jobs, or of the hundreds past their limit, at every decision.
+        self._overdue: list[RunningJob] = []
         self._by_end: list[RunningJob] = []
         self._users: dict[str, UserStats] = {}
         # Each queue user's limit accuracy (`ClusterState.limit_accuracies`), updated when
@@ -277,7 +280,11 @@ class Simulation:
         return None
 
     def snapshot(self) -> ClusterState:
-        by_end = release_order(self._by_end, self.now)
+        due = bisect.bisect_right(self._by_end, self.now, key=_DEADLINE)
+        for run in self._by_end[:due]:
+            bisect.insort(self._overdue, run, key=_JOB_ID)
+        del self._by_end[:due]
+        by_end = (*self._overdue, *self._by_end)
         rows = np.concatenate((self._pending_rows, np.arange(self._seen, self._arrived)))
         rows = self._pending_rows = rows[self._is_pending[rows]]
         self._seen = self._arrived
@@ -350,7 +357,11 @@ class Simulation:
 
     def _finish(self, job_id: str) -> None:
         run = self._running.pop(job_id)
-        del self._by_end[bisect.bisect_left(self._by_end, BY_RELEASE(run), key=BY_RELEASE)]
+        i = bisect.bisect_left(self._by_end, BY_RELEASE(run), key=BY_RELEASE)
+        if i < len(self._by_end) and self._by_end[i] is run:
+            del self._by_end[i]
+        else:
+            del self._overdue[bisect.bisect_left(self._overdue, run.job_id, key=_JOB_ID)]
         self._free[list(run.gpus)] = True
         if self._res is not None:
             self._res.finish(job_id, self._free)
