@@ -35,15 +35,18 @@ def estimated_runtimes(state: ClusterState) -> np.ndarray:
 
 def _rank_by(state: ClusterState, *keys: np.ndarray) -> Ranking:
     """Sort by ``keys`` (most significant first), arrival order breaking ties."""
+    q = state.queue
     if not keys:
-        return Ranking(state.queue.arrival)
-    return Ranking(SortedOnRead(state.queue.seq, keys))
+        return Ranking(q.arrival)
+    # A queue in arrival order breaks ties by position: no gather of ``seq`` (the simulator's).
+    return Ranking(SortedOnRead(None if q.in_arrival_order else q.seq, keys))
 
 
 class SortedOnRead(Sequence[int]):
-    """Queue indices by ``keys`` (most significant first), ``seq`` (arrival order)
-    breaking ties, sorted only as far as they are read: the first ``k`` are the queue's
-    smallest ``k`` by the first key (a partition), sorted; reading further doubles ``k``.
+    """Queue indices by ``keys`` (most significant first), ``seq`` (arrival order; ``None``:
+    the indices' own) breaking ties, sorted only as far as they are read: the first ``k``
+    are the queue's smallest ``k`` by the first key (a partition), sorted; reading further
+    doubles ``k``.
 
     A plan without backfill reads a handful (it stops at the first job that does not
     fit); sorting a queue of thousands at each of the 700,000 decisions of a month on
@@ -52,13 +55,13 @@ class SortedOnRead(Sequence[int]):
 
     __slots__ = ("_seq", "_keys", "_head")
 
-    def __init__(self, seq: np.ndarray, keys: tuple[np.ndarray, ...]) -> None:
+    def __init__(self, seq: np.ndarray | None, keys: tuple[np.ndarray, ...]) -> None:
         self._seq = seq
         self._keys = keys
         self._head = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
-        return len(self._seq)
+        return len(self._keys[0])
 
     @overload
     def __getitem__(self, i: int) -> int: ...
@@ -87,14 +90,15 @@ class SortedOnRead(Sequence[int]):
         """Make ``_head`` the first ``k`` (at least) of the order."""
         seq, keys = self._seq, self._keys
         first = keys[0]
-        if 4 * k < len(seq):
+        if 4 * k < len(first):
             kth = np.partition(first, k - 1)[k - 1]
             if not np.isnan(kth):  # NaN sorts last: beyond it, sort everything
                 rows = np.flatnonzero(first <= kth)  # every row of the first k, ties included
-                by = np.lexsort((seq[rows], *(key[rows] for key in reversed(keys))))
+                by = np.lexsort((rows if seq is None else seq[rows], *(key[rows] for key in reversed(keys))))
                 self._head = rows[by[:k]]
                 return
-        self._head = np.lexsort((seq, *reversed(keys)))
+        # lexsort is stable: without ``seq`` equal keys stay in index order
+        self._head = np.lexsort(tuple(reversed(keys)) if seq is None else (seq, *reversed(keys)))
 
 
 @dataclass

@@ -164,5 +164,8 @@ def test_a_ranking_sorted_on_read_is_the_full_sort_at_every_position(values):
         assert [order[i] for i in read] == want[read].tolist()
         assert np.asarray(order).tolist() == want.tolist() and list(order) == want.tolist()
     assert SortedOnRead(seq, (first, second))[-1] == want[-1]
+    in_place = np.lexsort((second, first))  # without seq: ties by index
+    assert [SortedOnRead(None, (first, second))[i] for i in (0, 1, 17)] == in_place[[0, 1, 17]].tolist()
+    assert np.asarray(SortedOnRead(None, (first, second))).tolist() == in_place.tolist()
     with pytest.raises(IndexError):
         SortedOnRead(seq, (first, second))[300]
