@@ -21,23 +21,40 @@ def _counts(state: ClusterState, free: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return state.free_counts if free is state.free else free_counts(state.topology, free)
 
 
-def _take(topo: Topology, free: np.ndarray, island_free: np.ndarray, nodes: list[int], per_node: int | None, n: int) -> tuple[int, ...]:
+def _take(topo: Topology, free: np.ndarray, island_free: np.ndarray, node_free: np.ndarray, nodes: list[int],
+          per_node: int | None, n: int) -> tuple[int, ...]:
     """Collect ``n`` free GPUs from ``nodes`` in the given order, ``per_node`` from each when
-    set, filling each node's fullest islands first so the job touches the fewest islands."""
+    set, filling each node's fullest islands first so the job touches the fewest islands
+    (a node it takes whole needs no choice: most nodes of a multi-node job)."""
     out: list[int] = []
     for ni in nodes:
         want = min(per_node if per_node is not None else n, n - len(out))
-        isl = topo.node_islands[ni]
-        for k in isl[np.argsort(-island_free[isl], kind="stable")]:
-            g = topo.island_gpus[k]
-            got = g[free[g]][:want]
-            out.extend(int(x) for x in got)
-            want -= len(got)
-            if want == 0:
-                break
+        if want >= node_free[ni]:
+            lo, hi = int(topo.node_first_gpu[ni]), int(topo.node_first_gpu[ni + 1])
+            out.extend((np.flatnonzero(free[lo:hi]) + lo).tolist())
+        else:
+            isl = topo.node_islands[ni]
+            for k in isl[np.argsort(-island_free[isl], kind="stable")]:
+                g = topo.island_gpus[k]
+                got = g[free[g]][:want]
+                out.extend(got.tolist())
+                want -= len(got)
+                if want == 0:
+                    break
         if len(out) == n:
             return tuple(sorted(out))
     raise AssertionError("caller checked capacity")
+
+
+def _best_fit(counts: np.ndarray, n: int) -> int | None:
+    """The group with the fewest free GPUs that still holds ``n`` (the first on ties), or
+    ``None``: one pass with no index arrays, as a placement runs at every decision."""
+    held = np.where(counts >= n, counts, _NEVER)
+    best = int(held.argmin())
+    return best if held[best] != _NEVER else None
+
+
+_NEVER = np.iinfo(np.int64).max
 
 
 def _shaped(job: PendingJob) -> tuple[int, int] | None:
@@ -108,27 +125,24 @@ class Consolidate:
         shape = _shaped(job)
         if shape is not None and shape[0] > 1:
             return _consolidate_shaped(topo, free, island_free, node_free, *shape)
-        fits = np.flatnonzero(island_free >= n)
-        if len(fits):
-            best = int(fits[np.argmin(island_free[fits])])
+        best = _best_fit(island_free, n)
+        if best is not None:
             g = topo.island_gpus[best]
             return tuple(int(x) for x in g[free[g]][:n])
-        fits = np.flatnonzero(node_free >= n)
-        if len(fits):
-            best = int(fits[np.argmin(node_free[fits])])
-            return _take(topo, free, island_free, [best], None, n)
+        best = _best_fit(node_free, n)
+        if best is not None:
+            return _take(topo, free, island_free, node_free, [best], None, n)
         if shape is not None or node_free.sum() < n:  # ``-N 1``: one node or nothing
             return None
-        switch_free = np.bincount(topo.node_switch, weights=node_free, minlength=len(topo.switch_names))
-        fits = np.flatnonzero(switch_free >= n)
-        if len(fits):
-            best = int(fits[np.argmin(switch_free[fits])])
-            nodes = np.flatnonzero(topo.node_switch == best)
+        switch_free = np.bincount(topo.node_switch, weights=node_free, minlength=len(topo.switch_names)).astype(np.int64)
+        best = _best_fit(switch_free, n)
+        if best is not None:
+            nodes = topo.switch_nodes[best]
             nodes = nodes[np.argsort(-node_free[nodes], kind="stable")]
         else:
             # Across switches: the freest switches first, then their freest nodes.
             nodes = np.lexsort((-node_free, -switch_free[topo.node_switch]))
-        return _take(topo, free, island_free, nodes[node_free[nodes] > 0].tolist(), None, n)
+        return _take(topo, free, island_free, node_free, nodes[node_free[nodes] > 0].tolist(), None, n)
 
 
 def _consolidate_shaped(
@@ -140,12 +154,11 @@ def _consolidate_shaped(
     # Prefer one switch that has k suitable nodes (best fit by its count of them).
     sw = topo.node_switch[ok]
     counts = np.bincount(sw, minlength=len(topo.switch_names))
-    fits = np.flatnonzero(counts >= k)
-    if len(fits):
-        best = int(fits[np.argmin(counts[fits])])
+    best = _best_fit(counts, k)
+    if best is not None:
         ok = ok[sw == best]
     ok = ok[np.argsort(node_free[ok], kind="stable")]  # best fit: the tightest nodes
-    return _take(topo, free, island_free, [int(x) for x in ok[:k]], per, per * k)
+    return _take(topo, free, island_free, node_free, ok[:k].tolist(), per, per * k)
 
 
 @dataclass
@@ -165,10 +178,10 @@ class LoadBalance:
             nodes = nodes[node_free[nodes] >= per][:k]
             if len(nodes) < k:
                 return None
-            return _take(topo, free, island_free, [int(x) for x in nodes], per, job.num_gpus)
+            return _take(topo, free, island_free, node_free, nodes.tolist(), per, job.num_gpus)
         if node_free.sum() < job.num_gpus:
             return None
-        return _take(topo, free, island_free, nodes[node_free[nodes] > 0].tolist(), None, job.num_gpus)
+        return _take(topo, free, island_free, node_free, nodes[node_free[nodes] > 0].tolist(), None, job.num_gpus)
 
 
 @dataclass

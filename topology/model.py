@@ -295,6 +295,11 @@ class Topology:
         return _frozen(np.array([idx[n.switch] for n in self.nodes], dtype=np.int64))
 
     @cached_property
+    def switch_nodes(self) -> tuple[np.ndarray, ...]:
+        """Node indices under each leaf switch (``switch_names`` order), ascending."""
+        return tuple(_frozen(np.flatnonzero(self.node_switch == k)) for k in range(len(self.switch_names)))
+
+    @cached_property
     def gpu_switch(self) -> np.ndarray:
         return _frozen(self.node_switch[self.gpu_node])
 
