@@ -220,12 +220,14 @@ class Simulation:
         if self._res is not None:
             self._res.reset()
         self._pending: dict[str, PendingJob] = {}  # insertion order = arrival order
-        # Rows of pending jobs as a bitmap, and the last snapshot's pending rows: the next
-        # one keeps those still pending and adds the arrivals since (rows _seen.._arrived),
-        # a pass over the queue, not over every job that arrived since the oldest waiting
-        # one (a day of arrivals at 16,384 GPUs when a large job waits that long).
+        # Rows of pending jobs as a bitmap, and the last snapshot's pending rows and queue
+        # arrays: the next one cuts out the rows started since and adds the arrivals since
+        # (rows _seen.._arrived), work for what changed, not a pass over every job that
+        # arrived since the oldest waiting one (a day of arrivals at 16,384 GPUs).
         self._is_pending = np.zeros(len(self.jobs), dtype=bool)
         self._pending_rows = np.zeros(0, dtype=np.int64)
+        self._queue = self._table.take(self._pending_rows, self._no_oracle[:0] if not self.oracle else None)
+        self._started_rows: list[int] = []  # since the last snapshot
         self._seen = 0
         self._arrived = 0  # arrivals come in row order: rows < _arrived have arrived
         self._sizes: Counter[int] = Counter()
@@ -285,14 +287,18 @@ class Simulation:
             bisect.insort(self._overdue, run, key=_JOB_ID)
         del self._by_end[:due]
         by_end = (*self._overdue, *self._by_end)
-        rows = np.concatenate((self._pending_rows, np.arange(self._seen, self._arrived)))
-        rows = self._pending_rows = rows[self._is_pending[rows]]
+        started = np.array(sorted(self._started_rows), dtype=np.int64)
+        self._started_rows = []
+        gone = np.searchsorted(self._pending_rows, started[started < self._seen])
+        arrived = np.arange(self._seen, self._arrived)
+        arrived = arrived[self._is_pending[arrived]]
+        rows = self._pending_rows = np.concatenate((np.delete(self._pending_rows, gone), arrived))
         self._seen = self._arrived
-        t = self._table
         # A queue of ten thousand jobs is common in a replay, and every array of it is a
         # pass over it at every decision: the queue's arrays are gathered only when a policy
         # reads them, and a run without the oracle reads no true durations (a view of a
         # read-only NaN column).
+        self._queue = self._queue.follow(rows, gone, None if self.oracle else self._no_oracle[: len(rows)])
         return ClusterState(
             now=self.now,
             topology=self.topology,
@@ -302,7 +308,7 @@ class Simulation:
             release_order=by_end,
             users=MappingProxyType(dict(self._users)),
             user_accuracy=self._accuracy.copy(),
-            queue_arrays=t.take(rows, None if self.oracle else self._no_oracle[: len(rows)]),
+            queue_arrays=self._queue,
             nodes=None if self._res is None else self._res.capacity(),
         )
 
@@ -311,7 +317,9 @@ class Simulation:
         starts = self._checked_starts(plan)
         for job_id, gpus in starts:
             pj = self._pending.pop(job_id)
-            self._is_pending[self._row[job_id]] = False
+            row = self._row[job_id]
+            self._is_pending[row] = False
+            self._started_rows.append(row)
             self._sizes[pj.num_gpus] -= 1
             if not self._sizes[pj.num_gpus]:
                 del self._sizes[pj.num_gpus]

@@ -26,6 +26,19 @@ def test_a_taken_queue_is_the_tables_rows_read_when_asked():
     assert np.array_equal(taken.arrival, np.arange(4))  # rows ascending in an arrival-ordered table
 
 
+def test_the_next_queue_carries_the_arrays_read_and_gathers_the_rest():
+    table = QueueArrays.of([job(f"j{i}", gpus=1 + i % 3, user=f"u{i % 2}", submit=float(i), limit=60.0 * (i + 1))
+                            for i in range(12)])
+    first = table.take(np.array([1, 4, 5, 7]))
+    first.limit, first.user  # noqa: B018  (read, as a policy would)
+    rows = np.array([1, 5, 8, 10])  # 4 and 7 started (positions 1 and 3), 8 and 10 arrived
+    after = first.follow(rows, np.array([1, 3]), None)
+    for name in ("seq", "submit", "gpus", "limit", "oracle", "user"):
+        assert np.array_equal(getattr(after, name), getattr(table, name)[rows], equal_nan=True), name
+    again = after.follow(rows, np.zeros(0, dtype=np.int64), None)  # nothing changed
+    assert again.limit is after.limit
+
+
 def test_arrival_order_sorts_only_a_queue_out_of_order():
     q = QueueArrays.of([job("b", submit=5.0), job("a", submit=5.0), job("c", submit=1.0)])
     assert q.arrival.tolist() == [2, 1, 0]  # submit time, then job id
