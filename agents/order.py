@@ -75,7 +75,7 @@ class SortedOnRead(Sequence[int]):
         if not 0 <= i < len(self):
             raise IndexError(i)
         if i >= len(self._head):
-            self._sort(max(i + 1, 2 * len(self._head), 16))
+            self._sort(1 if i == 0 else max(i + 1, 2 * len(self._head), 16))
         return int(self._head[i])
 
     def __iter__(self) -> Iterator[int]:
@@ -90,6 +90,12 @@ class SortedOnRead(Sequence[int]):
         """Make ``_head`` the first ``k`` (at least) of the order."""
         seq, keys = self._seq, self._keys
         first = keys[0]
+        if k == 1 and len(keys) == 1 and seq is None:
+            # The head alone (a plan that holds it reads no further): the first minimum.
+            top = int(first.argmin())
+            if not np.isnan(first[top]):  # argmin takes NaN for the smallest
+                self._head = np.array([top])
+                return
         if 4 * k < len(first):
             kth = np.partition(first, k - 1)[k - 1]
             if not np.isnan(kth):  # NaN sorts last: beyond it, sort everything

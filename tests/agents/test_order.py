@@ -167,5 +167,7 @@ def test_a_ranking_sorted_on_read_is_the_full_sort_at_every_position(values):
     in_place = np.lexsort((second, first))  # without seq: ties by index
     assert [SortedOnRead(None, (first, second))[i] for i in (0, 1, 17)] == in_place[[0, 1, 17]].tolist()
     assert np.asarray(SortedOnRead(None, (first, second))).tolist() == in_place.tolist()
+    alone = np.lexsort((first,))  # one key, no seq: the head by argmin
+    assert [SortedOnRead(None, (first,))[i] for i in (0, 1, 2, 50)] == alone[[0, 1, 2, 50]].tolist()
     with pytest.raises(IndexError):
         SortedOnRead(seq, (first, second))[300]
