@@ -248,8 +248,7 @@ class QueueRows(QueueArrays):
         table = getattr(self._table, name)
         if self._before is not None and name in self._before[0]:
             read, gone, arrived = self._before
-            kept = np.delete(read[name], gone) if len(gone) else read[name]
-            return np.concatenate((kept, table[arrived])) if len(arrived) else kept
+            return spliced(read[name], gone, table[arrived])
         return table[self._rows]
 
     @cached_property
@@ -329,6 +328,19 @@ def _without(pending: Sequence[PendingJob], index: int) -> RowView:
 def _cut(a: np.ndarray, index: int) -> np.ndarray:
     """``a`` without element ``index`` (``np.delete``'s result, at a quarter of its overhead)."""
     return np.concatenate((a[:index], a[index + 1 :]))
+
+
+def spliced(a: np.ndarray, gone: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """``a`` without its positions ``gone`` (ascending), then ``tail``: one copy, where
+    ``np.delete`` and an append made two and built a mask as long as ``a`` (a queue of
+    tens of thousands, a handful gone, at every decision of a replay)."""
+    if not len(gone) and not len(tail):
+        return a
+    parts, lo = [], 0
+    for p in gone.tolist():
+        parts.append(a[lo:p])
+        lo = p + 1
+    return np.concatenate((*parts, a[lo:], tail))
 
 
 class RowView(Sequence[PendingJob]):

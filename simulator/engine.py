@@ -39,6 +39,7 @@ from attentived.agents.state import (
     RowView,
     RunningJob,
     UserStats,
+    spliced,
 )
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel, resolve_model
@@ -292,7 +293,7 @@ class Simulation:
         gone = np.searchsorted(self._pending_rows, started[started < self._seen])
         arrived = np.arange(self._seen, self._arrived)
         arrived = arrived[self._is_pending[arrived]]
-        rows = self._pending_rows = np.concatenate((np.delete(self._pending_rows, gone), arrived))
+        rows = self._pending_rows = spliced(self._pending_rows, gone, arrived)
         self._seen = self._arrived
         # A queue of ten thousand jobs is common in a replay, and every array of it is a
         # pass over it at every decision: the queue's arrays are gathered only when a policy
