@@ -38,8 +38,7 @@ FRONTIER_JOBS = 500_000
 FRONTIER_NODES = 2048
 FRONTIER_POLICIES = ("sjf+consolidate",)
 """Strict FIFO is left out at this size: its head-of-line blocking lets the queue grow
-without bound at load 0.9 (a run was stopped after 9 minutes), so it measures the queue.
-SJF's own 500,000-job run did not finish in 11 minutes either (docs/simulator.md)."""
+without bound at load 0.9 (a run was stopped after 9 minutes), so it measures the queue."""
 
 
 def one(policy: str, max_jobs: int | None, nodes: int, gpus_per_node: int, frontier: bool = False) -> dict:
