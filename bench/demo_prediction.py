@@ -13,7 +13,14 @@ live runs this way, without running the lab again (a demo takes five minutes a s
     .venv/bin/python bench/demo_prediction.py --json DIR...                # + bench/results/demo_prediction.json
 
 The workload is rebuilt from the recorded seed, scale and load and checked job by job against
-the recorded one; a folder whose workload does not rebuild the same is refused.
+the recorded one; a folder whose workload does not rebuild the same is refused. The
+attentived run is predicted with the model that ran it: ``--model PATH`` (default: the shipped
+one) must be the file demo.json records (its sha256), else the folder is refused. Demos saved
+before the model was recorded (the five of bench/results/demo-seeds, run with the model
+shipped at 35b47f0) are predicted with ``--model`` as given and reported as unrecorded:
+
+    git show 35b47f0:attentived/data/models/attentive-default.pt > /tmp/attentive-35b47f0.pt
+    .venv/bin/python bench/demo_prediction.py --model /tmp/attentive-35b47f0.pt bench/results/demo-seeds/seed-*
 """
 
 from __future__ import annotations
@@ -29,12 +36,18 @@ RESULT = ROOT / "bench" / "results" / "demo_prediction.json"
 KEYS = ("avg_jct", "avg_wait")
 
 
-def replay(folder: Path) -> dict:
+def replay(folder: Path, model: Path | None) -> dict:
     from attentived.ops.demo.measure import predict, relative_change, summary_of
-    from attentived.ops.demo.runs import SCHED_PASS, DemoOptions
+    from attentived.ops.demo.runs import SCHED_PASS, DemoOptions, model_identity
     from attentived.ops.demo.workload import build_workload, demo_topology
 
     doc = json.loads((folder / "demo.json").read_text())
+    learned = model_identity(doc["policy"] if model is None else _with_model(doc["policy"], model))
+    ran = doc.get("model")
+    if learned is not None and ran is not None and ran["sha256"] != learned["sha256"]:
+        raise SystemExit(f"{folder}: its attentived run ran the model {ran['path']} (sha256 "
+                         f"{ran['sha256'][:12]}), not {learned['path']} ({learned['sha256'][:12]}); "
+                         "give that model with --model")
     w = doc["workload"]
     users = len({j["user"] for j in w["jobs"]})
     topo = demo_topology()
@@ -45,15 +58,23 @@ def replay(folder: Path) -> dict:
     recorded = [(j["name"], round(j["submit"], 6), j["num_gpus"]) for j in w["jobs"]]
     if rebuilt != recorded:
         raise SystemExit(f"{folder}: the recorded workload does not rebuild the same (demo options changed since?)")
-    out = {"folder": str(folder), "seed": w["seed"], "runs": {}}
+    out = {"folder": str(folder), "seed": w["seed"], "runs": {},
+           "model": None if learned is None else {**learned, "recorded": ran is not None}}
     for name, run in doc["runs"].items():
         policy = run["predicted_by"]
+        if name == "attentived" and model is not None and learned is not None:
+            policy = _with_model(policy, model)
         records = predict(workload, policy, topo, w["seed"], SCHED_PASS, pinned=name == "attentived")
         sim = summary_of(records, topo)
         out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],
                                  "error": relative_change(run["live"][k], sim[k])} for k in KEYS}
         out["runs"][name]["policy"] = policy
     return out
+
+
+def _with_model(policy: str, model: Path) -> str:
+    """``policy`` run with the model file ``model`` (``attentive`` -> ``attentive:model=...``)."""
+    return f"{policy}{',' if ':' in policy else ':'}model={model}"
 
 
 def _pct(error: float | None) -> str:
@@ -64,11 +85,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", type=Path, help="demo --out folders (each holding demo.json)")
     ap.add_argument("--json", action="store_true", help=f"also write {RESULT.relative_to(ROOT)}")
+    ap.add_argument("--model", type=Path, help="the model file the attentived runs ran (default: the shipped one)")
     a = ap.parse_args()
     missing = [str(f) for f in a.folders if not (f / "demo.json").is_file()]
     if missing:
         ap.error(f"no demo.json in {', '.join(missing)}")
-    rows = [replay(f) for f in a.folders]
+    if a.model is not None and not a.model.is_file():
+        ap.error(f"--model {a.model}: no such file")
+    rows = [replay(f, a.model) for f in a.folders]
+    unrecorded = [str(r["seed"]) for r in rows if r["model"] is not None and not r["model"]["recorded"]]
+    if unrecorded:
+        used = rows[0]["model"]
+        print(f"seeds {', '.join(unrecorded)}: demo.json does not record the model; the attentived runs are predicted "
+              f"with {used['path']} (sha256 {used['sha256'][:12]})")
     print(f"{'seed':>4} {'run':10} {'avg JCT live / sim':>20} {'err':>6} {'avg wait live / sim':>20} {'err':>6}")
     for r in rows:
         for name, v in r["runs"].items():

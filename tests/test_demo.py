@@ -28,6 +28,7 @@ from attentived.ops.demo.runs import (
     RunResult,
     check_policy,
     default_policy,
+    model_identity,
     run_demo,
 )
 from attentived.ops.demo.workload import (
@@ -338,6 +339,24 @@ def test_default_policy():
     assert default_policy() == ("attentive" if default_model_path("attentive").is_file() else FALLBACK_POLICY)
 
 
+def test_demo_json_names_the_model_that_ran(tmp_path):
+    import hashlib
+    import shutil
+
+    from attentived.agents.learned import default_model_path
+
+    assert model_identity("fifo+consolidate") is None
+    shipped = default_model_path("attentive")
+    assert model_identity("attentive") == {"path": str(shipped), "sha256": hashlib.sha256(shipped.read_bytes()).hexdigest()}
+    other = tmp_path / "other.pt"
+    shutil.copy(shipped, other)
+    with open(other, "ab") as f:
+        f.write(b"\0")  # another file: another identity
+    named = model_identity(f"attentive:model={other},fairness=0.5")
+    assert named is not None and named["path"] == str(other)
+    assert named["sha256"] == hashlib.sha256(other.read_bytes()).hexdigest() != model_identity("attentive")["sha256"]
+
+
 def test_cli_rejects_bad_options_before_touching_anything():
     from typer.testing import CliRunner
 
@@ -468,6 +487,7 @@ def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
     assert (alone["PriorityWeightFairShare"], alone["PriorityWeightAge"], alone["PriorityWeightJobSize"]) == (
         "10000", "1000", "1000")
     assert doc["runs"]["slurm"]["predicted_by"].startswith("slurm:calc_period=60,calc_offset=")
+    assert doc["model"] == model_identity(result.policy)  # the model a saved demo is predicted with again
     from rich.console import Console
 
     console = Console(record=True, width=160)

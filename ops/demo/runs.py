@@ -112,6 +112,24 @@ def check_policy(name: str) -> None:
         raise DemoError(str(e), EXIT_BAD_INPUT) from None
 
 
+def model_identity(policy: str) -> dict[str, str] | None:
+    """The model file a learned policy runs (its ``model=``, else the shipped one) and the
+    file's sha256; ``None`` for a heuristic. demo.json records it: a saved demo's
+    attentived run can be predicted again only with the model that ran it, and the
+    shipped model changes between versions."""
+    import hashlib
+
+    from attentived.agents.registry import LEARNED, parse_name
+
+    spec = parse_name(policy)
+    if spec.base not in LEARNED:
+        return None
+    from attentived.agents.learned import default_model_path
+
+    path = Path(str(spec.kwargs().get("model") or default_model_path(spec.base)))
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
 def default_policy() -> str:
     """``attentive`` when its shipped model is there, else ``FALLBACK_POLICY``."""
     try:
@@ -217,6 +235,7 @@ class DemoResult:
     runs: dict[str, RunResult]
     wall_seconds: float
     options: DemoOptions
+    model: dict[str, str] | None = None  # `model_identity` of ``policy``
 
     def as_json(self) -> dict[str, Any]:
         from attentived import __version__
@@ -232,7 +251,7 @@ class DemoResult:
             "attentived": __version__,
             "cluster": {"nodes": len(self.topology.nodes), "gpus": self.topology.num_gpus,
                         "shape": "4 nodes x 8 GPUs, NVLink islands 0-3 and 4-7, two nodes per leaf switch"},
-            "policy": self.policy, "seed": self.options.seed, "wall_seconds": self.wall_seconds,
+            "policy": self.policy, "model": self.model, "seed": self.options.seed, "wall_seconds": self.wall_seconds,
             "workload": self.workload.as_json(),
             "comparison": comparison,
             "runs": {n: r.as_json() for n, r in self.runs.items()},
@@ -546,6 +565,7 @@ class Demo:
             raise DemoError(str(e), EXIT_BAD_INPUT) from None
         policy = o.policy or default_policy()
         check_policy(policy)
+        model = model_identity(policy)
         self.emit("workload", workload=workload, policy=policy)
         self.check_machine()
         self.emit("phase", run=None, text="simulating the same workload (the prediction)")
@@ -576,7 +596,7 @@ class Demo:
                     text = "keeping the cluster running" if o.keep_cluster else "stopping the cluster"
                 self.emit("phase", run=None, text=text)
                 self.cleanup(stop_cluster=not o.keep_cluster)
-        return DemoResult(workload, self.topo, policy, runs, time.time() - t_start, o)
+        return DemoResult(workload, self.topo, policy, runs, time.time() - t_start, o, model)
 
 
 def _daemon_stats(status_path: Path, log_path: Path | None) -> dict[str, Any]:
