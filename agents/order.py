@@ -84,7 +84,9 @@ class SortedOnRead(Sequence[int]):
     def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         if len(self._head) < len(self):
             self._sort(len(self))
-        return self._head if dtype is None else self._head.astype(dtype, copy=False)
+            self._head.setflags(write=False)  # shared by every reader of the ranking
+        out = self._head if dtype is None else self._head.astype(dtype, copy=False)
+        return out.copy() if copy and out is self._head else out
 
     def _sort(self, k: int) -> None:
         """Make ``_head`` the first ``k`` (at least) of the order."""

@@ -254,9 +254,15 @@ class Topology:
         per node at every placement, which on 16,384 GPUs was the largest cost of a
         replay: where every node has 1, 2, 4 or 8 GPUs, a node's flags are one machine
         word and its count a popcount (17x a ``bincount``); else a sum per run of ids."""
+        self._check_mask(mask)
         if self._gpuless_nodes:  # a run of no ids would count its neighbour's first GPU
             return np.bincount(self.gpu_node, weights=mask, minlength=len(self.nodes)).astype(np.int64)
         return _count_runs(mask, self._node_word, self.node_first_gpu[:-1], None)
+
+    def _check_mask(self, mask: np.ndarray) -> None:
+        """A popcount of a word of int or float flags would count bits, not GPUs."""
+        if mask.dtype != np.bool_ or mask.shape != (self.num_gpus,):
+            raise ValueError(f"a GPU mask must be {self.num_gpus} bools, got {mask.dtype} of shape {mask.shape}")
 
     @cached_property
     def _gpuless_nodes(self) -> bool:
@@ -264,6 +270,7 @@ class Topology:
 
     def per_island(self, mask: np.ndarray) -> np.ndarray:
         """GPUs of a bool ``mask`` in each NVLink island, as `per_node`."""
+        self._check_mask(mask)
         return _count_runs(mask, self._island_word, self._island_first_gpu, self._by_island)
 
     @cached_property

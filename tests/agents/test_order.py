@@ -171,3 +171,6 @@ def test_a_ranking_sorted_on_read_is_the_full_sort_at_every_position(values):
     assert [SortedOnRead(None, (first,))[i] for i in (0, 1, 2, 50)] == alone[[0, 1, 2, 50]].tolist()
     with pytest.raises(IndexError):
         SortedOnRead(seq, (first, second))[300]
+    order = SortedOnRead(seq, (first, second))
+    np.array(order)[0] = -1  # a copy: the ranking is unchanged
+    assert order[0] == want[0] and not np.asarray(order).flags.writeable

@@ -198,3 +198,11 @@ def test_per_node_and_per_island_count_a_mask(nodes: list[list[list[int]]]) -> N
     for mask in (rng.random(topo.num_gpus) < 0.5, np.ones(topo.num_gpus, bool), (rng.random(2 * topo.num_gpus) < 0.5)[::2]):
         assert topo.per_node(mask).tolist() == np.bincount(topo.gpu_node, weights=mask, minlength=len(built)).astype(int).tolist()
         assert topo.per_island(mask).tolist() == np.bincount(topo.gpu_island, weights=mask, minlength=topo.num_islands).astype(int).tolist()
+
+
+def test_a_gpu_mask_must_be_bools_over_every_gpu(topo: Topology) -> None:
+    for bad in (np.ones(topo.num_gpus, np.int64), np.ones(topo.num_gpus - 1, bool)):
+        with pytest.raises(ValueError, match="must be 32 bools"):
+            topo.per_node(bad)
+        with pytest.raises(ValueError, match="must be 32 bools"):
+            topo.per_island(bad)
