@@ -210,7 +210,7 @@ def _ascending(seq: np.ndarray) -> bool:
     return bool((seq[1:] > seq[:-1]).all())
 
 
-_COLUMNS = ("seq", "submit", "gpus", "limit", "oracle", "user")
+_COLUMNS = ("seq", "submit", "gpus", "limit", "oracle", "user")  # QueueArrays' per-job arrays
 
 
 class QueueRows(QueueArrays):
@@ -321,26 +321,25 @@ def _without(pending: Sequence[PendingJob], index: int) -> RowView:
     """``pending`` without job ``index``, as rows of the same jobs: a plan of 460 starts on
     a queue of 10,000 copied the queue's tuple at every start."""
     if isinstance(pending, RowView):
-        return RowView(pending._jobs, _cut(pending._rows, index))
-    return RowView(pending, _cut(np.arange(len(pending)), index))
+        return RowView(pending._jobs, spliced(pending._rows, (index,)))
+    return RowView(pending, spliced(np.arange(len(pending)), (index,)))
 
 
-def _cut(a: np.ndarray, index: int) -> np.ndarray:
-    """``a`` without element ``index`` (``np.delete``'s result, at a quarter of its overhead)."""
-    return np.concatenate((a[:index], a[index + 1 :]))
-
-
-def spliced(a: np.ndarray, gone: np.ndarray, tail: np.ndarray) -> np.ndarray:
+def spliced(a: np.ndarray, gone: Sequence[int] | np.ndarray, tail: np.ndarray | None = None) -> np.ndarray:
     """``a`` without its positions ``gone`` (ascending), then ``tail``: one copy, where
-    ``np.delete`` and an append made two and built a mask as long as ``a`` (a queue of
-    tens of thousands, a handful gone, at every decision of a replay)."""
-    if not len(gone) and not len(tail):
+    ``np.delete`` (and an append) made two and built a mask as long as ``a``, at every
+    start of a plan (one position) and every snapshot of a replay (a handful, and the
+    arrivals), on queues of tens of thousands."""
+    if not len(gone) and (tail is None or not len(tail)):
         return a
     parts, lo = [], 0
-    for p in gone.tolist():
+    for p in gone:
         parts.append(a[lo:p])
         lo = p + 1
-    return np.concatenate((*parts, a[lo:], tail))
+    parts.append(a[lo:])
+    if tail is not None:
+        parts.append(tail)
+    return np.concatenate(parts)
 
 
 class RowView(Sequence[PendingJob]):
@@ -561,8 +560,7 @@ class ClusterState:
             running=self.running + (run,),
             users=self.users,
             user_accuracy=self.user_accuracy,
-            queue_arrays=QueueArrays(_cut(q.seq, index), _cut(q.submit, index), _cut(q.gpus, index),
-                                     _cut(q.limit, index), _cut(q.oracle, index), _cut(q.user, index), q.users),
+            queue_arrays=QueueArrays(**{c: spliced(getattr(q, c), (index,)) for c in _COLUMNS}, users=q.users),
             nodes=nodes,
         )
         cache = out.__dict__  # cached_property's own store
