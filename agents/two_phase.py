@@ -7,8 +7,8 @@ window by the last job logits, then the jobs outside the window oldest first. Fo
 highest-ranked job that does not fit now, the plan holds the GPUs where and when it is
 expected to fit as running jobs reach their time limits, so the daemon can reserve them as
 it does for the heuristics' blocked heads. Behind a WAIT, jobs that cannot delay the held
-job and lose nothing by starting now start anyway (`TwoPhasePolicy._backfill`): a WAIT
-never idles GPUs for hours while jobs that could use them wait.
+job and lose nothing by starting now start anyway (`attentived.agents.behind_wait`): a
+WAIT never idles GPUs for hours while jobs that could use them wait.
 
 Subclasses say only how they score: `_encode` (the job logits over a `JobView`, ``W``
 slots then WAIT) and `_place` (the GPUs for the chosen job). The attentive agents
@@ -29,14 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attentived.topology import Topology
-
+from .behind_wait import fill_behind_wait, held
 from .features import Context, FeatureEncoder, JobView, wait_allowed
 from .fit import Fit
 from .networks import masked
-from .placement import Consolidate
-from .plan import Hold, Plan, Start
-from .policy import expected_hold
+from .plan import Plan, Start
 from .state import ClusterState, PendingJob
 
 REUSE_SHARE = 1 / 1024
@@ -80,7 +77,6 @@ class TwoPhasePolicy:
         self.encoder = FeatureEncoder(window, max_candidates)
         self.deterministic = deterministic
         self._gen = torch.Generator().manual_seed(seed)
-        self._hold_placer = Consolidate()
 
     # ---- what a subclass provides ----
 
@@ -137,9 +133,9 @@ class TwoPhasePolicy:
                 enc = self._encode(view)
         ranked = _rank(state, view, enc.logits[0, : self.encoder.window].numpy())
         blocked = [i for i in ranked if not ctx.feasible[i]]
-        hold = self._hold(state, blocked[0]) if blocked else None
+        hold = held(state, blocked[0]) if blocked else None
         if waited:
-            filled = self._backfill(state, [state.pending[i] for i in ranked], hold)
+            filled = fill_behind_wait(state, [state.pending[i] for i in ranked], hold)
             starts += filled
             gone = {s.job_id for s in filled}
             ranked = [i for i in ranked if state.pending[i].job_id not in gone]
@@ -171,54 +167,6 @@ class TwoPhasePolicy:
         index = int(view.index[slot])
         job = ctx.state.pending[index]
         return Choice(job, self._place(ctx, enc, slot, job), index), view, enc
-
-    def _backfill(self, state: ClusterState, ranked: list[PendingJob], hold: Hold | None) -> list[Start]:
-        """The jobs, in rank order, that start behind the agent's WAIT, consolidated on the
-        free GPUs: those whose time limit ends before the held job is expected to start
-        (Slurm ends them by then), and those that get a placement as packed as on an empty
-        cluster without touching the held GPUs (they take nothing the held job needs). The
-        rules of EASY backfill, with one condition more: what the WAIT may have been for,
-        a packed placement later instead of a spread one now, is kept.
-
-        Why: a WAIT idles the free GPUs until the next arrival or end, and a model trained
-        with an urgency input learned to WAIT with every job able to start: on one held-out
-        window at W = 1 it left 96 of 128 GPUs idle for 95 hours with 177 jobs pending, all
-        of 1 or 4 GPUs. A WAIT held for a job that can only start when long jobs end idled
-        the cluster the same way."""
-        fit = Fit.of(state)
-        free = state.free.copy()
-        n_free = int(free.sum())
-        held = np.zeros_like(free)
-        if hold is not None:
-            held[list(hold.gpus)] = True
-        starts: list[Start] = []
-        for job in ranked:
-            if not n_free:
-                break
-            if (hold is not None and job.job_id == hold.job_id) or job.num_gpus > n_free:
-                continue
-            in_time = hold is not None and job.time_limit is not None and state.now + job.time_limit <= hold.expected_start
-            usable = fit.usable(job, free if in_time else free & ~held)
-            gpus = self._hold_placer.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
-            if gpus is None or not (in_time or _packed(state.topology, gpus)):
-                continue
-            taken = fit.take(job, gpus)
-            free[list(taken)] = False
-            n_free -= len(taken)
-            starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
-        return starts
-
-    def _hold(self, state: ClusterState, idx: int) -> Hold | None:
-        """Where and when pending job ``idx`` is expected to fit (a consolidated placement)."""
-        return expected_hold(state.pending[idx], state.free, state, self._hold_placer)
-
-
-def _packed(topo: Topology, gpus: tuple[int, ...]) -> bool:
-    """Whether ``gpus`` touch no more NVLink islands and nodes than the job's size needs
-    on an empty cluster (`Topology.least_spread`)."""
-    islands, nodes, _ = topo.spread(gpus)
-    least_islands, least_nodes, _ = topo.least_spread(len(gpus))
-    return islands <= least_islands and nodes <= least_nodes
 
 
 def _shifted(index: np.ndarray, taken: list[int]) -> np.ndarray:

@@ -4,7 +4,9 @@ One episode replays one workload (a window of a trace on a cluster shape, drawn 
 `EpisodeSampler` from the environment's seeded RNG). Decisions are made in two phases:
 
 * **job phase** (``obs["phase"] == 0``): the action is a job slot ``0..window-1`` of the
-  encoded queue, or ``window`` for WAIT (start nothing more until the next event);
+  encoded queue, or ``window`` for WAIT (hold GPUs for the first queued job that cannot
+  start, start only what cannot delay it, as the decision loop does behind a WAIT:
+  `attentived.agents.behind_wait`, then move to the next event);
 * **GPU phase** (``obs["phase"] == 1``): the action is a candidate placement
   ``0..max_candidates-1`` for the job just chosen.
 
@@ -45,8 +47,9 @@ reward terms, and at the end of an episode ``info["metrics"]`` (the
 `attentived.simulator.metrics.summarize` dict) and ``info["episode_name"]``.
 
 `SchedulingEnv.phase` says which phase the next action is for (the same number as
-``obs["phase"]``, read-only: only `step` moves it). A job phase ends with WAIT (the
-simulation moves to the next event, and a new job phase begins) or with a job, which
+``obs["phase"]``, read-only: only `step` moves it). A job phase ends with WAIT (what
+cannot delay the held job starts, the simulation moves to the next event, and a new job
+phase begins) or with a job, which
 opens its GPU phase; a GPU phase ends with a start, after which the next phase is a job
 phase again (the same instant while jobs still fit, else the next event). A masked action
 changes nothing, the phase included; ``reset`` starts in a job phase.
@@ -89,6 +92,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from attentived.agents.behind_wait import fill_behind_wait, held
 from attentived.agents.features import (
     CANDIDATE_FEATURES,
     DEFAULT_WINDOW,
@@ -104,7 +108,7 @@ from attentived.agents.features import (
     JobView,
 )
 from attentived.agents.plan import Plan, Start
-from attentived.agents.state import ClusterState
+from attentived.agents.state import ClusterState, PendingJob
 from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
 from attentived.simulator.metrics import summarize
 from attentived.simulator.samples import sample_path
@@ -287,8 +291,9 @@ class SchedulingEnv(gym.Env):
             obs = self._obs()
             return obs, -self.invalid_penalty, False, False, {"reward_terms": terms, "time": self.sim.now, "invalid": True}
         if self.phase == 0 and action == self.wait_action:
-            self.sim.apply(Plan(order=self._order(), waited=True))
-            terms, done = self._advance(self.sim.next_decision())
+            terms = self._wait()
+            more, done = self._advance(self.sim.next_decision())
+            terms = terms + more
         elif self.phase == 0:
             self._slot = action
             job = self.ctx.state.pending[int(self.jobs.index[action])]
@@ -299,9 +304,7 @@ class SchedulingEnv(gym.Env):
             job = self.ctx.state.pending[int(self.jobs.index[self._slot])]
             gpus = self.placements[action].gpus
             self.sim.apply(Plan(order=self._order(), starts=(Start(job.job_id, gpus),)))
-            s = self._by_id[job.job_id]
-            runtime = self.sim.speed.runtime(s.model, s.job.duration, gpus)
-            terms = self.tracker.start(job.user, job.submit_time, self.sim.now, job.num_gpus, s.job.duration, runtime)
+            terms = self._started(job, gpus)
             state = self.sim.snapshot()
             if Context.of(state).feasible.any():
                 self._enter(state)
@@ -378,6 +381,30 @@ class SchedulingEnv(gym.Env):
 
     def _order(self) -> tuple[str, ...]:
         return tuple(j.job_id for j in self.ctx.state.pending)
+
+    def _wait(self) -> RewardTerms:
+        """WAIT as the decision loop applies it (`attentived.agents.behind_wait`): the first
+        job in the queue's order that cannot start now is held, and what cannot delay it
+        starts now, so the agent learns what a WAIT does when it runs. (The loop ranks by
+        the agent's logits; the environment has none and ranks by the queue.)"""
+        assert self.sim is not None
+        state = self.ctx.state
+        blocked = np.flatnonzero(~self.ctx.feasible)
+        hold = held(state, int(blocked[0])) if len(blocked) else None
+        starts = fill_behind_wait(state, state.pending, hold)
+        self.sim.apply(Plan(order=self._order(), starts=tuple(starts), holds=(hold,) if hold else (), waited=True))
+        jobs = {j.job_id: j for j in state.pending} if starts else {}
+        terms = RewardTerms()
+        for start in starts:
+            terms = terms + self._started(jobs[start.job_id], start.gpus)
+        return terms
+
+    def _started(self, job: PendingJob, gpus: tuple[int, ...]) -> RewardTerms:
+        """The reward terms of ``job`` starting on ``gpus`` now."""
+        assert self.sim is not None
+        s = self._by_id[job.job_id]
+        runtime = self.sim.speed.runtime(s.model, s.job.duration, gpus)
+        return self.tracker.start(job.user, job.submit_time, self.sim.now, job.num_gpus, s.job.duration, runtime)
 
     def _obs(self) -> dict[str, Any]:
         N, K = self.max_nodes, self.max_candidates

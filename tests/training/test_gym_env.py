@@ -211,3 +211,26 @@ def test_the_fairness_potential_never_rewards_a_delay():
         earlier = list(base)
         earlier[i] -= 100.0  # job i has waited 100 s longer
         assert potential(earlier) < potential(base)
+
+
+def test_wait_starts_what_cannot_delay_the_held_job_as_the_decision_loop_does():
+    """WAIT in training does what it does when the agent runs (`agents.behind_wait`): the
+    first job that cannot start is held, and jobs that fit packed beside it start now."""
+    jobs = prepare_jobs([tj(0, 0.0, 3600.0, gpus=12), tj(1, 0.0, 3600.0, gpus=8, user="bob"),
+                         tj(2, 0.0, 600.0, gpus=2, user="carol"), tj(3, 0.0, 600.0, gpus=1, user="dave")], 0)
+    env = SchedulingEnv(FixedEpisode(Episode(tuple(jobs), uniform(2, 8, nodes_per_switch=1), "wait")), window=8,
+                        max_nodes=4)
+    env.reset(seed=0)
+    slot = next(s for s, i in enumerate(env.job_view.index) if i >= 0 and env.state.pending[int(i)].job_id == "j0")
+    env.step(slot)
+    env.step(next(k for k, c in enumerate(env.placements) if "consolidate" in c.sources))
+    assert env.phase == 0 and env.state.num_free == 4 and env.action_masks()[env.wait_action]
+    _, _, done, _, info = env.step(env.wait_action)
+    assert info["reward_terms"].comm <= 0.0
+    while not done:  # finish the episode to read every job's start
+        _, _, done, _, info = env.step(int(np.flatnonzero(env.action_masks())[0]))
+    started = {r.job_id: r for r in env.sim.result().records}
+    assert started["j2"].start_time == started["j3"].start_time == 0.0  # behind the WAIT, at once
+    assert started["j1"].start_time > 0.0  # held for, not started behind the WAIT
+    j0 = set(started["j0"].gpus)
+    assert not j0 & set(started["j2"].gpus) and not j0 & set(started["j3"].gpus)

@@ -1,0 +1,74 @@
+"""What starts behind a learned policy's WAIT, in the decision loop and in training alike.
+
+A WAIT idles the free GPUs until the next arrival or end. The jobs that cannot delay the
+job the plan holds GPUs for, and lose nothing by starting now, start anyway: those whose
+time limit ends before the held job is expected to start (Slurm ends them by then), and
+those that get a placement as packed as on an empty cluster without touching the held
+GPUs (they take nothing the held job needs). The rules of EASY backfill, with one
+condition more: what the WAIT may have been for, a packed placement later instead of a
+spread one now, is kept.
+
+Why: a model trained with an urgency input learned to WAIT with every job able to start:
+on one held-out window at W = 1 it left 96 of 128 GPUs idle for 95 hours with 177 jobs
+pending, all of 1 or 4 GPUs. A WAIT held for a job that can only start when long jobs end
+idled the cluster the same way. `attentived.agents.two_phase` applies it to every plan
+that ends in a WAIT, and the training environment (`attentived.training.gym_env`) to
+every WAIT, so the agents learn what a WAIT does when they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from attentived.topology import Topology
+
+from .fit import Fit
+from .placement import Consolidate
+from .plan import Hold, Start
+from .policy import expected_hold
+from .state import ClusterState, PendingJob
+
+PLACER = Consolidate()
+"""Where a held job is expected to start and where a job behind a WAIT starts."""
+
+
+def held(state: ClusterState, index: int) -> Hold | None:
+    """Where and when pending job ``index`` is expected to fit (a consolidated placement)."""
+    return expected_hold(state.pending[index], state.free, state, PLACER)
+
+
+def fill_behind_wait(state: ClusterState, ranked: Sequence[PendingJob], hold: Hold | None) -> list[Start]:
+    """The jobs, in ``ranked`` order, that start behind a WAIT on ``state`` (see the module
+    docstring), consolidated on the free GPUs; ``hold`` is the plan's hold, if any."""
+    fit = Fit.of(state)
+    free = state.free.copy()
+    n_free = int(free.sum())
+    kept = np.zeros_like(free)
+    if hold is not None:
+        kept[list(hold.gpus)] = True
+    starts: list[Start] = []
+    for job in ranked:
+        if not n_free:
+            break
+        if (hold is not None and job.job_id == hold.job_id) or job.num_gpus > n_free:
+            continue
+        in_time = hold is not None and job.time_limit is not None and state.now + job.time_limit <= hold.expected_start
+        usable = fit.usable(job, free if in_time else free & ~kept)
+        gpus = PLACER.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
+        if gpus is None or not (in_time or _packed(state.topology, gpus)):
+            continue
+        taken = fit.take(job, gpus)
+        free[list(taken)] = False
+        n_free -= len(taken)
+        starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
+    return starts
+
+
+def _packed(topo: Topology, gpus: tuple[int, ...]) -> bool:
+    """Whether ``gpus`` touch no more NVLink islands and nodes than the job's size needs
+    on an empty cluster (`Topology.least_spread`)."""
+    islands, nodes, _ = topo.spread(gpus)
+    least_islands, least_nodes, _ = topo.least_spread(len(gpus))
+    return islands <= least_islands and nodes <= least_nodes
