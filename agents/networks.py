@@ -232,7 +232,16 @@ class AttentiveNet(nn.Module):
         self.gpu_agent = GpuAgent(cfg)
         self.critic = nn.Sequential(nn.Linear(2 * d, d), nn.Tanh(), nn.Linear(d, 1))
 
-    def forward(self, obs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    def forward(self, obs: dict[str, Tensor], queue_of: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``queue_of`` ([B] long), when given, says which rows show the same queue: row
+        ``i`` reuses the job agent's encoding of row ``queue_of[i]``, which must show the
+        same ``jobs``, ``summary``, ``job_valid``, ``fairness`` and ``urgency``, be in the job
+        phase and encode itself (``queue_of[j] == j``); at most one row may reuse a row.
+
+        Why: a GPU phase shows the queue of the job phase just before it, so in a PPO
+        minibatch that keeps the two together the job agent -- nearly all of the cost --
+        runs once for both. Values and gradients are those of encoding every row (the
+        encoder is deterministic); only float rounding differs."""
         mask = obs["action_mask"].bool()
         B, W = obs["job_valid"].shape
         phase = obs["phase"].long().view(B)
@@ -240,8 +249,21 @@ class AttentiveNet(nn.Module):
         slot = torch.where(job_phase, 0, obs["job"].long().view(B))  # the job phase has chosen no job yet
         fairness = obs.get("fairness") if self.cfg.fairness_input else None
         urgency = obs.get("urgency") if self.cfg.urgency_input else None
-        context, job_logits, job_token = self._encode_queues(obs["jobs"], obs["summary"], obs["job_valid"].bool(), slot,
-                                                             fairness, urgency, mask[:, :W])
+        if queue_of is None:
+            context, job_logits, job_token = self._encode_queues(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
+                                                                 slot, fairness, urgency, mask[:, :W])
+        else:
+            own = torch.nonzero(queue_of == torch.arange(B, device=queue_of.device)).view(-1)
+            position = torch.empty_like(queue_of)
+            position[own] = torch.arange(len(own), device=own.device)
+            at = position[queue_of]  # row -> the encoded row it reads, in ``own``
+            # the slot whose token each encoded row hands out: its own, or its reader's (the
+            # job phase's own slot is 0, and a row that is read is in the job phase)
+            own_slot = torch.zeros_like(own).index_put((at,), slot, accumulate=True)
+            context, job_logits, job_token = self._encode_queues(
+                obs["jobs"][own], obs["summary"][own], obs["job_valid"][own].bool(), own_slot,
+                None if fairness is None else fairness[own], None if urgency is None else urgency[own], mask[own, :W])
+            context, job_logits, job_token = context[at], job_logits[at], job_token[at]
         logits = torch.full(mask.shape, _MASKED, dtype=job_logits.dtype, device=mask.device)
         logits[job_phase, : W + 1] = job_logits[job_phase]
         chosen = torch.where(job_phase.unsqueeze(1), 0.0, job_token)  # the critic sees no job in the job phase

@@ -47,9 +47,11 @@ class PPOConfig:
     total_steps: int = 200_000
     time_budget_s: float | None = None  # stop early (saving everything) after this wall time
     device: str = "auto"  # "auto": CUDA when present, else CPU
-    torch_threads: int = 1  # intra-op threads; small batches are fastest on one
+    torch_threads: int = 1  # intra-op threads of the rollout: its batches of one row per environment are fastest on one
+    update_threads: int = 2  # intra-op threads of the PPO update: its 256-row minibatches gain from a second core
+    env_workers: int = 2  # processes stepping the environments (training.vector; 0: this one); results do not depend on it
     # environments and data
-    num_envs: int = 8
+    num_envs: int = 32  # one forward pass serves them all: 32 rows cost little more than 8 (bench/train_speed.py)
     window: int = DEFAULT_WINDOW
     max_candidates: int = MAX_CANDIDATES
     max_nodes: int = 32  # node padding of the observation; >= the largest curriculum cluster
@@ -73,7 +75,7 @@ class PPOConfig:
     net: NetConfig = field(default_factory=NetConfig)  # attentive
     mlp: MlpConfig = field(default_factory=MlpConfig)  # deeprm, proximity-drl
     # PPO
-    num_steps: int = 128  # per environment per rollout
+    num_steps: int = 32  # per environment per rollout (a batch of num_envs x num_steps = 1,024 transitions)
     learning_rate: float = 3e-4
     anneal_lr: bool = True
     gamma: float = 0.999  # decisions are seconds apart; their effects last hours

@@ -43,6 +43,9 @@ class AgentKind:
     teacher: Callable[[Any, str], int]  # (environment, PPOConfig.teacher) -> the teacher's action
     defaults: Callable[[], dict[str, Any]] = dict
     """`PPOConfig` fields this agent trains with unless the run's settings say otherwise."""
+    shares_queues: bool = False
+    """Whether the network takes ``queue_of`` (`AttentiveNet.forward`): encodes a queue once
+    for the job phase and the GPU phase that show it."""
 
 
 def _two_phase_env(cfg: PPOConfig, episodes: EpisodeSampler) -> SchedulingEnv:
@@ -82,7 +85,8 @@ def _attentive_defaults() -> dict[str, Any]:
 
 
 KINDS: dict[str, AgentKind] = {
-    "attentive": AgentKind(_attentive_net, _two_phase_env, teacher_action, defaults=_attentive_defaults),
+    "attentive": AgentKind(_attentive_net, _two_phase_env, teacher_action, defaults=_attentive_defaults,
+                           shares_queues=True),
     "deeprm": AgentKind(
         lambda cfg: DeepRMNet(cfg.window, cfg.mlp), _two_phase_env, job_teacher_action,
         defaults=lambda: {"window": 10, "out_dir": "runs/deeprm"},

@@ -32,16 +32,21 @@ Data, stated once (see docs/agents.md):
 * evaluation (`evaluate`, the benchmarks): Philly days [40, 60), never seen in training
   or validation, with deterministic (argmax) decisions.
 
-Speed (``bench/train_speed.py``): every rollout step is one forward pass for all
-environments, in inference mode, and every minibatch of the update is one forward and
-one backward pass. `AttentiveNet` makes them cheap by cutting the padded queues and node
-lists of a batch to what its rows use (most queues fill a few of the window's 64 slots),
-and the teacher plans each state once for both phases (`training.teacher`). The losses
-and masks are unchanged, and the cut passes agree with the padded ones to float
-rounding (``tests/training/test_batched.py``).
+Speed (``bench/train_speed.py``): the environments and the teacher step in
+``env_workers`` processes (`training.vector`; results do not depend on how many), and
+every rollout step is one forward pass for all ``num_envs`` environments, in inference
+mode. Every minibatch of the update is one forward and one backward pass on
+``update_threads`` threads; a GPU phase rides in the minibatch of the job phase before
+it (`_minibatches`), whose queue it shows, so the job agent encodes that queue once
+for both. `AttentiveNet` cuts the padded queues and node lists of a batch to what its
+rows use (most queues fill a few of the window's 64 slots), and the teacher plans each
+state once for both phases (`training.teacher`). The losses and masks are unchanged,
+and the cut and shared passes agree with the padded ones to float rounding
+(``tests/training/test_batched.py``). Validation runs in the workers too.
 
-Seeds: ``seed`` seeds torch (sampling, initialization) and each environment's episode RNG
-(``seed * 1000 + env index``); on CPU a run is reproducible. Every ``checkpoint_every``
+Seeds: ``seed`` seeds torch (sampling, initialization, minibatches) and each
+environment's episode RNG (``seed * 1000 + env index``); on CPU a run is reproducible,
+with any number of environment workers. Every ``checkpoint_every``
 updates the optimizer, counters and RNG states go to ``out_dir/checkpoint.pt``;
 ``resume=True`` continues from there (episodes that were in flight restart, from seeds
 derived from the update counter, so a resumed run is itself reproducible).
@@ -85,6 +90,7 @@ from .config import PPOConfig, Stage
 from .gym_env import Episode, Mixture, TraceWindows
 from .kinds import KINDS, kind_defaults
 from .reward import RewardWeights, user_wait_rms
+from .vector import VectorEnv
 
 # ---- data ----
 
@@ -128,22 +134,24 @@ the knob must work across its range, and W = 1's fairness term keeps a model tha
 a user from being chosen."""
 
 
-def _validate(cfg: PPOConfig, model: LoadedModel, episodes: Sequence[Episode]) -> float:
+def _validate(cfg: PPOConfig, model: LoadedModel, episodes: Sequence[Episode], envs: VectorEnv) -> float:
+    """The mean score of ``model`` over the validation episodes at each of its settings, the
+    runs spread over the environment workers (idle between rollouts)."""
     settings = VALIDATION_FAIRNESS if cfg.fairness_range is not None else (None,)
-    scores = []
-    for w in settings:
-        policy = POLICIES[cfg.agent](model, 0, None, **({} if w is None else {"fairness": w}))
-        for e in episodes:
-            records = Simulation(e.jobs, e.topology, policy).run().records
-            scores.append(score(records, e.topology.num_gpus, cfg.reward, 1.0 if w is None else w)[0])
-    return float(np.mean(scores))
+    return float(np.mean(envs.map(_validation_score, [(cfg, model, e, w) for w in settings for e in episodes])))
+
+
+def _validation_score(run: tuple[PPOConfig, LoadedModel, Episode, float | None]) -> float:
+    """One validation episode's score (a function of its own: a worker process runs it)."""
+    cfg, model, episode, w = run
+    # the rollout's thread count: the trainer's own setting then, and a worker's too (2 threads
+    # on each of 2 workers would put 4 on the 2 cores)
+    policy = POLICIES[cfg.agent](model, 0, cfg.torch_threads, **({} if w is None else {"fairness": w}))
+    records = Simulation(episode.jobs, episode.topology, policy).run().records
+    return score(records, episode.topology.num_gpus, cfg.reward, 1.0 if w is None else w)[0]
 
 
 # ---- tensors ----
-
-
-def _stack(obs: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
-    return {k: np.stack([np.asarray(o[k]) for o in obs]) for k in obs[0]}
 
 
 def _to_torch(obs: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
@@ -186,37 +194,36 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
         # again mid-run).
         horizon = int(prog.get("horizon", model.meta.get("config", {}).get("total_steps", cfg.total_steps)))
 
-    stage = cfg.stage(global_step, horizon)
-    envs = [kind.make_env(cfg, _samplers(cfg, stage, philly, tiresias)) for _ in range(cfg.num_envs)]
-    reset_seed = cfg.seed * 1000 + (start_update - 1) * cfg.num_envs  # fresh and reproducible after a resume
-    next_obs = _stack([env.reset(seed=reset_seed + i)[0] for i, env in enumerate(envs)])
-    next_done = np.zeros(cfg.num_envs, bool)
-
-    # Rollout storage: [num_steps, num_envs, ...]
-    obs_buf = {k: np.zeros((cfg.num_steps,) + v.shape, v.dtype) for k, v in next_obs.items()}
-    actions = np.zeros((cfg.num_steps, cfg.num_envs), np.int64)
-    teacher = np.zeros((cfg.num_steps, cfg.num_envs), np.int64)
-    logprobs = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
-    rewards = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
-    dones = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
-    values = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
-    ep_return = np.zeros(cfg.num_envs)
-
     metrics_file = out / "metrics.csv"
     writer_file = metrics_file.open("a" if resume and metrics_file.exists() else "w", newline="")
     writer: csv.DictWriter | None = None
     bar = _Progress(cfg.num_updates, start_update - 1, enabled=progress)
-    t0 = time.perf_counter()
     meta = {"config": cfg.as_dict()}
     update = start_update - 1
+    stage = cfg.stage(global_step, horizon)
+    envs = VectorEnv(cfg, _samplers(cfg, stage, philly, tiresias), cfg.env_workers)  # stops its workers if it fails
     try:
+        reset_seed = cfg.seed * 1000 + (start_update - 1) * cfg.num_envs  # fresh and reproducible after a resume
+        next_obs, next_teacher = envs.reset([reset_seed + i for i in range(cfg.num_envs)])
+        next_done = np.zeros(cfg.num_envs, bool)
+
+        # Rollout storage: [num_steps, num_envs, ...]
+        obs_buf = {k: np.zeros((cfg.num_steps,) + v.shape, v.dtype) for k, v in next_obs.items()}
+        actions = np.zeros((cfg.num_steps, cfg.num_envs), np.int64)
+        teacher = np.zeros((cfg.num_steps, cfg.num_envs), np.int64)
+        logprobs = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+        rewards = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+        dones = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+        values = np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+        ep_return = np.zeros(cfg.num_envs)
+
+        t0 = time.perf_counter()
         for update in range(start_update, cfg.num_updates + 1):
             optimizer.param_groups[0]["lr"] = cfg.learning_rate * cfg.lr_factor(update, horizon)
             new_stage = cfg.stage(global_step, horizon)
             if new_stage != stage:  # takes effect as each environment starts its next episode
                 stage = new_stage
-                for env in envs:
-                    env.episodes = _samplers(cfg, stage, philly, tiresias)
+                envs.set_episodes(_samplers(cfg, stage, philly, tiresias))
 
             finished: list[dict[str, float]] = []
             net.eval()
@@ -225,7 +232,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 for k in obs_buf:
                     obs_buf[k][step] = next_obs[k]
                 dones[step] = next_done
-                teacher[step] = [kind.teacher(env, cfg.teacher) for env in envs]
+                teacher[step] = next_teacher  # the teacher's action for this observation, from its environment
                 with torch.inference_mode():  # one forward for all environments, without autograd bookkeeping
                     logits, value = net(_to_torch(next_obs, device))
                     dist = torch.distributions.Categorical(logits=logits)
@@ -233,18 +240,13 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = dist.log_prob(action).cpu().numpy()
                 values[step] = value.cpu().numpy()
-                stepped = []
-                for i, env in enumerate(envs):
-                    o, r, terminated, truncated, info = env.step(int(actions[step, i]))
-                    rewards[step, i] = r
-                    ep_return[i] += r
-                    next_done[i] = terminated or truncated
-                    if next_done[i]:
-                        finished.append({"return": ep_return[i], **_episode_metrics(info)})
-                        ep_return[i] = 0.0
-                        o, _ = env.reset()
-                    stepped.append(o)
-                next_obs = _stack(stepped)
+                stepped = envs.step(actions[step])  # an ended episode's environment is reset: next_obs is its first
+                rewards[step] = stepped.rewards
+                ep_return += stepped.rewards
+                for i, info in stepped.ended:
+                    finished.append({"return": ep_return[i], **_episode_metrics(info)})
+                    ep_return[i] = 0.0
+                next_obs, next_teacher, next_done = stepped.obs, stepped.teacher, stepped.dones
 
             # Generalized advantage estimation, bootstrapped from the value of the next state.
             with torch.inference_mode():
@@ -272,12 +274,13 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             b_teacher = torch.as_tensor(teacher.reshape(-1), device=device)
             bc_coef = cfg.bc_weight(global_step, horizon)
             net.train()
+            torch.set_num_threads(cfg.update_threads)
             clipfracs, approx_kl = [], torch.zeros(())
+            phases = obs_buf["phase"] if "phase" in obs_buf else np.zeros_like(actions)
             for _epoch in range(cfg.update_epochs):
-                perm = torch.randperm(cfg.batch_size, device=device)
-                for start in range(0, cfg.batch_size, cfg.minibatch_size):
-                    mb = perm[start : start + cfg.minibatch_size]
-                    logits, new_value = net({k: v[mb] for k, v in b_obs.items()})
+                for mb, queue_of in _minibatches(phases, cfg.num_minibatches, device):
+                    shared = {"queue_of": queue_of} if kind.shares_queues else {}
+                    logits, new_value = net({k: v[mb] for k, v in b_obs.items()}, **shared)
                     dist = torch.distributions.Categorical(logits=logits)
                     new_logprob = dist.log_prob(b_actions[mb])
                     entropy = dist.entropy()
@@ -303,6 +306,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 if cfg.target_kl is not None and approx_kl > cfg.target_kl:
                     break
 
+            torch.set_num_threads(cfg.torch_threads)
             var_y = float(np.var(returns))
             row: dict[str, Any] = {
                 "update": update,
@@ -328,7 +332,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             }
             if update % cfg.val_every == 0 or update == cfg.num_updates:
                 model = LoadedModel(net.cpu().eval(), cfg.window, cfg.max_candidates, {}, cfg.agent)
-                row["val_score"] = _validate(cfg, model, val_eps)
+                row["val_score"] = _validate(cfg, model, val_eps, envs)
                 net.to(device)
                 history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
                 if row["val_score"] > best:
@@ -352,6 +356,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             if out_of_time:
                 break
     finally:
+        envs.close()
         bar.close()
         writer_file.close()
 
@@ -364,6 +369,35 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                "best_val_score": best, "validation": history, "device": str(device)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return out / "best.pt"
+
+
+def _minibatches(phase: np.ndarray, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A rollout's rows (``phase`` is [steps, envs]; rows are its flattened positions),
+    shuffled into ``count`` minibatches of near-equal size, each with its ``queue_of``
+    (`AttentiveNet.forward`). A GPU phase stays in the minibatch of the job phase right
+    before it, which shows the same queue, so the job agent encodes that queue once for
+    both: the pairs, not the rows, are shuffled (by torch's generator, as the seed says)."""
+    envs = phase.shape[1]
+    flat = phase.reshape(-1)
+    n = flat.size
+    follows = np.flatnonzero(flat[envs:] != 0) + envs  # a GPU phase whose job phase is in this rollout
+    follows = follows[flat[follows - envs] == 0]
+    follower = np.full(n, -1)
+    follower[follows - envs] = follows
+    lead = np.ones(n, bool)
+    lead[follows] = False
+    units = np.flatnonzero(lead)[torch.randperm(int(lead.sum())).numpy()]
+    paired = follower[units] >= 0
+    first = np.cumsum(1 + paired) - (1 + paired)  # where each pair starts in the shuffled rows
+    rows = np.empty(n, np.int64)
+    rows[first] = units
+    rows[first[paired] + 1] = follower[units][paired]
+    queue_of = np.arange(n)
+    queue_of[first[paired] + 1] = first[paired]
+    at = np.searchsorted(first, np.arange(1, count) * n / count)  # the first pair at or past each equal share
+    cuts = [0, *np.append(first, n)[at].tolist(), n]
+    return [(torch.as_tensor(rows[a:b], device=device), torch.as_tensor(queue_of[a:b] - a, device=device))
+            for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
 def _episode_metrics(info: dict[str, Any]) -> dict[str, float]:

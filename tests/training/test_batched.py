@@ -20,7 +20,7 @@ from attentived.simulator.engine import prepare_jobs
 from attentived.simulator.trace import load_trace
 from attentived.topology import uniform
 from attentived.training.gym_env import Episode, FixedEpisode, SchedulingEnv
-from attentived.training.ppo import train
+from attentived.training.ppo import _minibatches, train
 from attentived.training.teacher import teacher_action
 
 from .test_ppo import tiny_config, write_toy_trace
@@ -132,3 +132,57 @@ def test_same_seed_same_trained_weights(tmp_path):
         weights.append(load_model(Path(cfg.out_dir) / "final.pt").net.state_dict())
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def _rollout_pairs(obs: dict[str, torch.Tensor]) -> np.ndarray:
+    """The stored transitions as one environment's rollout ([steps, 1] phases)."""
+    return obs["phase"].numpy().reshape(-1, 1)
+
+
+def test_a_gpu_phase_reading_its_job_phase_encoding_gets_what_encoding_it_again_gives(tmp_path):
+    """`queue_of`: the job agent runs once for a job phase and the GPU phase after it (what
+    `_minibatches` pairs); logits, values and gradients are those of encoding every row."""
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, fairness_input=True, urgency_input=True)).train()
+    obs, actions = _stored_transitions(tmp_path)
+    (rows, queue_of), = _minibatches(_rollout_pairs(obs), 1, torch.device("cpu"))
+    assert sorted(rows.tolist()) == list(range(len(actions)))
+    shared = queue_of != torch.arange(len(rows))
+    assert shared.sum() >= 20  # GPU phases that read their job phase's encoding
+    batch = {k: v[rows] for k, v in obs.items()}
+    for k in ("jobs", "summary", "job_valid", "fairness", "urgency"):  # a reader shows its source's queue
+        torch.testing.assert_close(batch[k][shared], batch[k][queue_of[shared]], rtol=0, atol=0)
+
+    def run(**kw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        logits, value = net(batch, **kw)
+        dist = torch.distributions.Categorical(logits=logits)
+        (-(dist.log_prob(actions[rows]) + 0.01 * dist.entropy()).sum() + 0.5 * (value**2).sum()).backward()
+        grads = [p.grad.clone() for p in net.parameters()]
+        net.zero_grad()
+        return dist.log_prob(actions[rows]).detach(), value.detach(), grads
+
+    once, again = run(queue_of=queue_of), run()
+    torch.testing.assert_close(once[0], again[0], rtol=0.0, atol=1e-5)
+    torch.testing.assert_close(once[1], again[1], rtol=0.0, atol=1e-5)
+    for a, b in zip(once[2], again[2]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_minibatches_shuffle_pairs_and_cover_every_row_once():
+    phase = np.zeros((40, 4), np.int64)
+    phase[1::2, :2] = 1  # environments 0 and 1 alternate job and GPU phases
+    phase[0, 3] = 1  # a GPU phase whose job phase was in the previous rollout
+    torch.manual_seed(3)
+    batches = _minibatches(phase, 4, torch.device("cpu"))
+    assert len(batches) == 4 and all(abs(len(rows) - 40) <= 1 for rows, _ in batches)
+    rows = torch.cat([r for r, _ in batches]).tolist()
+    assert sorted(rows) == list(range(160))
+    flat = phase.reshape(-1)
+    for mb, queue_of in batches:
+        for i, j in enumerate(queue_of.tolist()):
+            if i != j:  # a GPU phase right after its own job phase, one step earlier in its environment
+                assert j == i - 1 and flat[mb[i]] == 1 and int(mb[i]) - int(mb[j]) == 4 and flat[mb[j]] == 0
+    readers = sum(int((q != torch.arange(len(q))).sum()) for _, q in batches)
+    assert readers == 40  # every GPU phase of environments 0 and 1, not the one at step 0
+    torch.manual_seed(3)
+    assert [r.tolist() for r, _ in _minibatches(phase, 4, torch.device("cpu"))] == [r.tolist() for r, _ in batches]

@@ -43,7 +43,7 @@ def tiny_config(tmp_path: Path, **kw) -> PPOConfig:
         max_nodes=2, num_minibatches=2, update_epochs=2, train_trace=str(trace), train_days=(0.0, 0.3),
         tiresias_share=0.0, curriculum=(Stage(0.0, nodes=(1, 2), jobs=(20, 30), load=(1.0, 1.2)),),
         val_days=(0.3, 1.0), val_episodes=1, val_jobs=20, val_nodes=2, val_every=1, checkpoint_every=1,
-        net=PPOConfig().net.__class__(d_model=16, heads=2, layers=1),
+        net=PPOConfig().net.__class__(d_model=16, heads=2, layers=1), env_workers=0,
     )
     base.update(kw)
     return PPOConfig(**base)
