@@ -140,6 +140,11 @@ class PPOConfig:
             raise ValueError("urgency_input needs fairness_range (the urgency is read beside W)")
         if self.teacher not in TEACHER_NAMES:
             raise ValueError(f"teacher must be one of {', '.join(TEACHER_NAMES)}, got {self.teacher!r}")
+        if self.env_workers < 0:
+            raise ValueError(f"env_workers must be 0 (step the environments here) or more, got {self.env_workers}")
+        for name in ("torch_threads", "update_threads", "num_envs", "num_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))

@@ -34,6 +34,9 @@ def test_toml_sets_plain_fields_and_reward_weights(tmp_path):
         ({"fairness_range": [0, "x"]}, "fairness_range: expected a list of 2 numbers"),
         ({"teacher": "oracle"}, "teacher must be one of smallest-gpu-time, look-ahead"),
         ({"urgency_input": True}, "urgency_input needs fairness_range"),
+        ({"env_workers": -1}, "env_workers must be 0 \\(step the environments here\\) or more, got -1"),
+        ({"update_threads": 0}, "update_threads must be at least 1, got 0"),
+        ({"num_envs": 0}, "num_envs must be at least 1"),
     ],
 )
 def test_bad_settings_name_the_key(doc, where):
