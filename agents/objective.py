@@ -64,6 +64,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -216,19 +217,26 @@ class LookAhead:
         self.node_free = [int(x) for x in node_free]
         self.total_free = int(node_free.sum())
 
-        # Running jobs give their GPUs back at their estimated end (never before now).
+        # Running jobs give their GPUs back at their estimated end (never before now). Their
+        # GPUs' nodes are looked up in one gather and counted in Python: a job holds a few
+        # GPUs, and numpy calls per job were most of this constructor's cost.
         accuracy = {u: (s.limit_accuracy or 1.0) for u, s in state.users.items()}
         releases = []
-        node_up = node_free.copy()  # per node: free now + held by running jobs
-        for seq, r in enumerate(sorted(state.running, key=lambda r: r.job_id)):
-            per_node = np.bincount(topo.gpu_node[list(r.gpus)], minlength=n_nodes)
-            node_up += per_node
+        running = sorted(state.running, key=lambda r: r.job_id)
+        held = np.fromiter(chain.from_iterable(r.gpus for r in running), np.int64)
+        node_of = topo.gpu_node[held].tolist()
+        node_up = node_free + np.bincount(topo.gpu_node[held], minlength=n_nodes)  # per node: free + held
+        at = 0
+        for seq, r in enumerate(running):
+            per_node: dict[int, int] = {}
+            for n in node_of[at : at + len(r.gpus)]:
+                per_node[n] = per_node.get(n, 0) + 1
+            at += len(r.gpus)
             if r.time_limit is None:
                 end = now + NO_LIMIT_SECONDS
             else:
                 end = _expected_end(now, r.start_time, r.time_limit, accuracy.get(r.user, 1.0))
-            alloc = tuple((int(n), int(per_node[n])) for n in np.flatnonzero(per_node))
-            releases.append((end, seq, alloc, r.num_gpus))
+            releases.append((end, seq, tuple(sorted(per_node.items())), r.num_gpus))
         releases.sort()
         self.releases = releases
         self.max_node = max(int(x) for x in node_up) if n_nodes else 0
