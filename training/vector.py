@@ -35,6 +35,7 @@ import numpy as np
 
 from .config import PPOConfig
 from .gym_env import EpisodeSampler
+from .kinds import KINDS
 
 
 class WorkerError(RuntimeError):
@@ -56,8 +57,6 @@ class _Slice:
     """Some of the environments, stepped in order in one process."""
 
     def __init__(self, cfg: PPOConfig, episodes: EpisodeSampler, count: int) -> None:
-        from .kinds import KINDS  # the kinds' networks import torch: only when a slice is built
-
         kind = KINDS[cfg.agent]
         self.envs = [kind.make_env(cfg, episodes) for _ in range(count)]
         self._teacher, self._teacher_name = kind.teacher, cfg.teacher
@@ -88,6 +87,7 @@ class _Slice:
 
     @staticmethod
     def map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """`VectorEnv.map`'s share of one process."""
         return [fn(x) for x in items]
 
     def _labels(self) -> list[int]:
