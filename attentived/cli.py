@@ -344,7 +344,13 @@ def train(
             cfg, seed=seed, out_dir=str(out_dir) if out_dir else cfg.out_dir, total_steps=steps, time_budget_s=time_budget,
             train_trace=str(trace) if trace else cfg.train_trace, train_days=(lo, hi), val_days=(hi, hi + 10.0),
         )
-        best = run_training(cfg, progress=progress, resume=resume)
+        try:
+            best = run_training(cfg, progress=progress, resume=resume)
+        except KeyboardInterrupt:  # Ctrl-C: the workers are stopped; say how to go on
+            checkpoint = Path(cfg.out_dir) / "checkpoint.pt"
+            hint = f"; continue from {checkpoint} with --resume" if checkpoint.exists() else " before its first checkpoint"
+            typer.echo(f"training interrupted{hint}", err=True)
+            raise typer.Exit(130) from None
     if out is not None:
         shutil.copyfile(best, out)
         best = out

@@ -122,6 +122,35 @@ def test_replay_with_the_shipped_agent_and_a_model_flag(tmp_path):
 
 
 @pytest.mark.slow
+def test_ctrl_c_stops_training_and_its_workers_and_says_how_to_resume(tmp_path):
+    """What Ctrl-C in a terminal does: SIGINT to the whole process group."""
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "attentived", "train", "--steps", "200000", "--out-dir", str(run), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell may start it with SIGINT ignored
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / "checkpoint.pt").exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert (run / "checkpoint.pt").exists(), "no checkpoint within 4 minutes"
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130
+    assert f"training interrupted; continue from {run / 'checkpoint.pt'} with --resume" in err
+    group = subprocess.run(["ps", "-o", "stat=", "-g", str(p.pid)], capture_output=True, text=True).stdout.split()
+    assert all(stat.startswith("Z") for stat in group)  # no environment worker still running
+
+
+@pytest.mark.slow
 def test_train_then_evaluate_round_trip(tmp_path):
     model = tmp_path / "model.pt"
     r = cli("train", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--out", str(model), "--no-progress")

@@ -181,13 +181,14 @@ class VectorEnv:
         return out
 
     def close(self) -> None:
+        """Stop the workers now: they hold nothing a run keeps (a resumed run starts new
+        episodes), and one in the middle of a validation episode would otherwise finish it
+        before it reads that the pipe is closed (seconds, after a Ctrl-C)."""
         for w in self._workers:
             w.conn.close()
+            w.process.terminate()
         for w in self._workers:
-            w.process.join(timeout=5)
-            if w.process.is_alive():
-                w.process.terminate()
-                w.process.join()
+            w.process.join()
         self._workers = []
 
     def __enter__(self) -> VectorEnv:
