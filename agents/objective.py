@@ -223,9 +223,9 @@ class LookAhead:
         accuracy = {u: (s.limit_accuracy or 1.0) for u, s in state.users.items()}
         releases = []
         running = sorted(state.running, key=lambda r: r.job_id)
-        held = np.fromiter(chain.from_iterable(r.gpus for r in running), np.int64)
-        node_of = topo.gpu_node[held].tolist()
-        node_up = node_free + np.bincount(topo.gpu_node[held], minlength=n_nodes)  # per node: free + held
+        held_on = topo.gpu_node[np.fromiter(chain.from_iterable(r.gpus for r in running), np.int64)]  # per held GPU
+        node_up = node_free + np.bincount(held_on, minlength=n_nodes)  # per node: free + held
+        node_of = held_on.tolist()
         at = 0
         for seq, r in enumerate(running):
             per_node: dict[int, int] = {}
