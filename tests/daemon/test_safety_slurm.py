@@ -120,9 +120,9 @@ def test_never_touches_what_it_does_not_own(clean_lab, tmp_path):
 def test_held_job_lands_on_its_held_nodes_and_partial_holds_reserve_nothing(clean_lab, tmp_path):
     lab = clean_lab
     short = submit(lab, None, "-w", "node1", "--gres=gpu:6", "--time", "5", name="short")
-    for i in (2, 3, 4):
-        submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", "60", name=f"long{i}")
-    lab.wait_for_state(int(short), "RUNNING", timeout=20)
+    longs = [submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", "60", name=f"long{i}") for i in (2, 3, 4)]
+    for job in (short, *longs):  # the scenario needs all four running (Slurm may start them a cycle apart)
+        lab.wait_for_state(int(job), "RUNNING", timeout=20)
     held = submit(lab, "alice", "--gres=gpu:4", name="held")
     eng = runner_for(lab, tmp_path)
     res = eng.run_cycle()
