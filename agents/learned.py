@@ -14,6 +14,9 @@ proximity-drl     `ProximityNet` (MLP over     `Scheduler(<its order>,
                   128 GPU slots)               ProximityPlacer)`
 ================  ===========================  ==========================
 
+``attentive-lookahead`` runs an attentive model too: its job agent's ranking is one more
+starting solution of the `Portfolio` look-ahead (`attentived.agents.guided`).
+
 Training (`attentived.training`) builds on this; nothing here knows how a model was trained.
 """
 
@@ -30,19 +33,32 @@ from .attentive import AttentivePolicy
 from .catalog import ORDERS
 from .checkpoint import CheckpointError, LoadedModel, load_model
 from .deeprm import DeepRMPolicy
+from .guided import GuidedPortfolio
 from .mlp import DeepRMNet, ProximityNet
 from .networks import AttentiveNet
+from .objective import DEFAULT_FAIRNESS
+from .placement import Consolidate
 from .policy import Policy, Scheduler
 from .proximity import ProximityPlacer
 
 
-def _attentive(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None) -> Policy:
+def _attentive(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None) -> AttentivePolicy:
     assert isinstance(model.net, AttentiveNet)
     try:
         return AttentivePolicy(model.net, fairness, window=model.window, max_candidates=model.max_candidates, seed=seed,
                                threads=threads)
     except ValueError as e:  # a setting the model cannot take: the model file's problem
         raise CheckpointError(str(e)) from None
+
+
+def _lookahead(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None) -> Policy:
+    """The look-ahead at W (default `DEFAULT_FAIRNESS`), the network at the same W when
+    it takes the input (and at none when it does not: it only proposes)."""
+    assert isinstance(model.net, AttentiveNet)
+    agent = _attentive(model, seed, threads, fairness if model.net.cfg.fairness_input else None)
+    w = DEFAULT_FAIRNESS if fairness is None else fairness
+    return Scheduler(GuidedPortfolio(seed=seed, fairness=w, agent=agent), Consolidate(), backfill=False,
+                     name="attentive-lookahead")
 
 
 def _deeprm(model: LoadedModel, seed: int, threads: int | None) -> Policy:
@@ -60,34 +76,41 @@ def _proximity(model: LoadedModel, seed: int, threads: int | None) -> Policy:
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     "attentive": _attentive,
+    "attentive-lookahead": _lookahead,
     "deeprm": _deeprm,
     "proximity-drl": _proximity,
 }
-"""The policy that runs each agent's trained network, given the model, a seed, the
+"""The policy that runs a trained network, by policy name, given the model, a seed, the
 number of torch threads (``None``: leave torch's setting) and the policy's parameters
 (`registry.LEARNED_PARAMETERS`, less ``model``) as keywords."""
 
-
-def default_model_path(agent: str) -> Path:
-    """The model shipped for ``agent`` (``attentived/data/models/<agent>-default.pt``)."""
-    return Path(str(files("attentived.data") / "models" / f"{agent}-default.pt"))
+AGENT_OF: dict[str, str] = {"attentive-lookahead": "attentive"}
+"""The agent whose model a learned policy runs, where the two names differ."""
 
 
-def load_learned(agent: str | None, path: str | os.PathLike[str] | None = None, seed: int = 0,
+def default_model_path(policy: str) -> Path:
+    """The model shipped for learned policy ``policy`` (its agent's,
+    ``attentived/data/models/<agent>-default.pt``)."""
+    return Path(str(files("attentived.data") / "models" / f"{AGENT_OF.get(policy, policy)}-default.pt"))
+
+
+def load_learned(policy: str | None, path: str | os.PathLike[str] | None = None, seed: int = 0,
                  threads: int | None = 1, fairness: float | None = None) -> Policy:
-    """The policy of a trained model: the file at ``path`` (default: ``agent``'s shipped
-    model). With ``agent`` named, a model of another agent is refused (`CheckpointError`),
-    so ``--policy deeprm --model attentive.pt`` fails instead of mis-loading. ``fairness``
-    is the policy's parameter of that name (``None``: not given)."""
+    """Learned policy ``policy`` (``None``: the one of the model's agent) on a trained
+    model: the file at ``path`` (default: the shipped model). A model of another agent is
+    refused (`CheckpointError`), so ``--policy deeprm --model attentive.pt`` fails instead
+    of mis-loading. ``fairness`` is the policy's parameter of that name (``None``: not
+    given)."""
     if path is None:
-        if agent is None:
-            raise ValueError("name an agent or a model file")
-        path = default_model_path(agent)
+        if policy is None:
+            raise ValueError("name a policy or a model file")
+        path = default_model_path(policy)
     model = load_model(path)
+    agent = None if policy is None else AGENT_OF.get(policy, policy)
     if agent is not None and model.agent != agent:
         raise CheckpointError(f"{path}: a model of the {model.agent} agent, not {agent}; run it as --policy {model.agent}")
     try:
         params = {} if fairness is None else {"fairness": fairness}
-        return POLICIES[model.agent](model, seed, threads, **params)
+        return POLICIES[policy or model.agent](model, seed, threads, **params)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None

@@ -134,7 +134,7 @@ class SearchChooser:
         if look.size == 0:  # nothing in the queue can ever fit: arrival order
             self.last = SearchStats(0, 0, "trivial", time.perf_counter() - t0, 0.0, 0.0, None)
             return Ranking(state.queue.arrival)
-        starts = [Solution(o, p, look.evaluate(o, p)) for o, p in look.seeds()]
+        starts = [Solution(o, p, look.evaluate(o, p)) for o, p in look.seeds(self.proposals(state, look))]
         first = min(starts, key=lambda s: s.cost)
         if self._trivial(look):
             best, budget = first, Budget(None, 0)
@@ -161,6 +161,11 @@ class SearchChooser:
 
     def search(self, look: LookAhead, starts: list[Solution], rng: random.Random, budget: Budget) -> Solution:
         raise NotImplementedError
+
+    def proposals(self, state: ClusterState, look: LookAhead) -> list[tuple[int, ...]]:
+        """Orders of the window (positions in ``look.rows``) to judge beside the heuristic
+        starting solutions; none here (`attentived.agents.guided` adds the job agent's)."""
+        return []
 
     # ---- helpers ----
 

@@ -563,11 +563,12 @@ class LookAhead:
 
     # ---- starting points ----
 
-    def seeds(self) -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
-        """Heuristic starting solutions: FIFO, shortest estimate first, fit-now-first, the
-        window's own interleaved order and, with fairness W > 0, estimate / urgency
-        ascending (Smith's rule for the blended cost); each with no packing, plus the best-looking one
-        with every flexible job packed (evaluated by the caller)."""
+    def seeds(self, extra: Sequence[tuple[int, ...]] = ()) -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
+        """Starting solutions: FIFO, shortest estimate first, fit-now-first, the window's
+        own interleaved order, with fairness W > 0 estimate / urgency ascending (Smith's
+        rule for the blended cost), then the ``extra`` orders (window positions) a chooser
+        proposes; each with no job packed and with every flexible job packed, without
+        repeats (evaluated by the caller)."""
         n = self.size
         state = self.state
         q = state.queue
@@ -581,6 +582,7 @@ class LookAhead:
         if self.fairness > 0:
             u = self.urgency
             orders.append(tuple(sorted(range(n), key=lambda i: (self.est[i] / u[i], seq[i]))))
+        orders.extend(extra)
         spread = (False,) * n
         packed = tuple(i in set(self.flexible) for i in range(n))
         out = []

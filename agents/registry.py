@@ -48,6 +48,8 @@ PRESETS: dict[str, Preset] = {
 #: Learned policies: loaded from a model file (``--model``; default the shipped one).
 LEARNED: dict[str, str] = {
     "attentive": "dual attention agents (job agent + topology-aware GPU agent), PPO-trained; the shipped model by default",
+    "attentive-lookahead": "the portfolio look-ahead with the attentive job agent's ranking as one more candidate "
+                           "order (one network call a decision); consolidated placement",
     "deeprm": "DRL baseline: DeepRM-style MLP over 10 job slots picks jobs, consolidated placement; same PPO, reward, data",
     "proximity-drl": "DRL baseline: Proximity-DRL-style MLP picks GPUs one at a time (<= 128 GPUs), FIFO order; same PPO",
 }
@@ -97,6 +99,7 @@ SLURM_PARAMETERS: dict[str, Parameter] = {
 
 LEARNED_PARAMETERS: dict[str, dict[str, Parameter]] = {
     "attentive": {"fairness": AGENT_FAIRNESS, "model": MODEL},
+    "attentive-lookahead": {"fairness": FAIRNESS, "model": MODEL},
     "deeprm": {"model": MODEL},
     "proximity-drl": {"model": MODEL},
 }

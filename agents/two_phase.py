@@ -146,6 +146,16 @@ class TwoPhasePolicy:
             waited=waited,
         )
 
+    def ranking(self, state: ClusterState) -> list[int]:
+        """Queue indices, best first, by one encoding of ``state`` (the job logits the
+        first choice of `decide` is made from, WAIT aside): the job window by logit, then
+        the other jobs oldest first. One network call, what a search that takes the
+        agent's proposals can afford at every decision."""
+        with torch.inference_mode():
+            view = self.encoder.jobs(Context.of(state))
+            enc = self._encode(view)
+        return _rank(state, view, enc.logits[0, : self.encoder.window].numpy())
+
     def choose(self, state: ClusterState) -> Choice:
         """One decision (a job and its GPUs, or WAIT): what the latency benchmark times."""
         with torch.inference_mode():
