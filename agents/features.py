@@ -145,15 +145,15 @@ def start_delays(ctx: Context, gpus: np.ndarray) -> np.ndarray:
 
 def job_urgency(ctx: Context) -> np.ndarray:
     """Per pending job, the log of its user's fairness weight (`fairness_weights`: the
-    user's projected mean wait over the users' mean, squared, per job of theirs; 0 for an
-    average user), over 4 and clipped to [-3, 3]. The look-ahead at setting W weighs a
+    larger of the user's projected mean wait and slowdown over the users' mean, squared,
+    per job of theirs; 0 for an average user), over 4 and clipped to [-3, 3]. The look-ahead at setting W weighs a
     job's completion time by ``(1 - W) + W * weight``; a model that takes W reads this
     beside it, so following its teacher across W needs no re-derivation of the weight
     from the users' histories."""
     q = ctx.state.queue
     if not len(q.gpus):
         return np.zeros(0, np.float32)
-    weight = fairness_weights(ctx.state, start_delays(ctx, q.gpus.astype(float)))
+    weight = fairness_weights(ctx.state, start_delays(ctx, q.gpus.astype(float)), ctx.estimate)
     return np.clip(np.log(np.maximum(weight, 1e-12)) / 4.0, -3.0, 3.0).astype(np.float32)
 
 
