@@ -96,6 +96,7 @@ class AttentivePolicy(TwoPhasePolicy):
         super().__init__(**kwargs)
         self.net = net.eval()
         self.encoder.urgency = net.cfg.urgency_input
+        self.encoder.slowdown_urgency = net.cfg.slowdown_urgency
         if not net.cfg.fairness_input:
             if fairness is not None:
                 raise ValueError("this attentive model was trained without the fairness input, so it cannot take "

@@ -143,17 +143,18 @@ def start_delays(ctx: Context, gpus: np.ndarray) -> np.ndarray:
     return np.where(gpus <= state.num_free, 0.0, np.append(releases, _NEVER)[at])
 
 
-def job_urgency(ctx: Context) -> np.ndarray:
+def job_urgency(ctx: Context, slowdown: bool = True) -> np.ndarray:
     """Per pending job, the log of its user's fairness weight (`fairness_weights`: the
     larger of the user's projected mean wait and slowdown over the users' mean, squared,
     per job of theirs; 0 for an average user), over 4 and clipped to [-3, 3]. The look-ahead at setting W weighs a
     job's completion time by ``(1 - W) + W * weight``; a model that takes W reads this
     beside it, so following its teacher across W needs no re-derivation of the weight
-    from the users' histories."""
+    from the users' histories. ``slowdown=False``: the wait ratio alone, as models
+    trained before the slowdown ratio read it (`NetConfig.slowdown_urgency`)."""
     q = ctx.state.queue
     if not len(q.gpus):
         return np.zeros(0, np.float32)
-    weight = fairness_weights(ctx.state, start_delays(ctx, q.gpus.astype(float)), ctx.estimate)
+    weight = fairness_weights(ctx.state, start_delays(ctx, q.gpus.astype(float)), ctx.estimate, slowdown)
     return np.clip(np.log(np.maximum(weight, 1e-12)) / 4.0, -3.0, 3.0).astype(np.float32)
 
 
@@ -227,6 +228,7 @@ class FeatureEncoder:
         self.window = window
         self.max_candidates = max_candidates
         self.urgency = urgency
+        self.slowdown_urgency = True  # `job_urgency`'s ``slowdown``: a loaded model sets what it was trained on
         self._speed: dict[int, tuple[SpeedModel, str]] = {}
 
     def speed(self, topo: Topology) -> SpeedModel:
@@ -271,7 +273,7 @@ class FeatureEncoder:
         if k:
             jobs[:k] = self._job_rows(ctx, idx)
             if self.urgency:
-                urgency[:k] = job_urgency(ctx)[idx]
+                urgency[:k] = job_urgency(ctx, self.slowdown_urgency)[idx]
         return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx), urgency)
 
     def _job_rows(self, ctx: Context, idx: np.ndarray) -> np.ndarray:

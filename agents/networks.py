@@ -57,6 +57,11 @@ class NetConfig:
     #: leaves the probability of WAIT as it was (`_reorder`).
     #: Needs ``fairness_input``.
     urgency_input: bool = False
+    #: Whether that urgency weighs a user by the larger of their wait and slowdown ratios
+    #: (`objective.fairness_weights`; models trained since 2026-12-02 afternoon) rather
+    #: than by their wait ratio alone (model files without the key, the model shipped
+    #: that morning among them): a model reads the urgency it was trained on.
+    slowdown_urgency: bool = False
 
     def __post_init__(self) -> None:
         if self.urgency_input and not self.fairness_input:

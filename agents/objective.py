@@ -596,7 +596,7 @@ class LookAhead:
 
 
 
-def fairness_weights(state: ClusterState, ahead: np.ndarray, est: np.ndarray) -> np.ndarray:
+def fairness_weights(state: ClusterState, ahead: np.ndarray, est: np.ndarray, slowdown: bool = True) -> np.ndarray:
     """Each pending job's fairness weight, from how badly off its user is: by projected
     mean wait (finished and running jobs at their waits, pending jobs at their wait so far
     plus ``ahead``, per pending job the time until it could start), and by that wait
@@ -616,7 +616,11 @@ def fairness_weights(state: ClusterState, ahead: np.ndarray, est: np.ndarray) ->
     ones (a 42-second job waited 5.5 hours on a held-out window). Taking the larger ratio
     cut the worst user's mean wait of `portfolio` at the default W from 8.67 to 8.02 h and
     raised its Jain index over users' slowdowns from 0.411 to 0.432 at 1% less average JCT
-    (16 held-out windows x 2 seeds; docs/agents.md)."""
+    (16 held-out windows x 2 seeds; docs/agents.md).
+
+    ``slowdown=False`` is the wait ratio alone: the urgency that attentive models trained
+    before the change read (`NetConfig.slowdown_urgency`), so they see what they were
+    trained on."""
     q = state.queue
     done = state.waits_by_user
     queued = set(q.users)
@@ -630,10 +634,11 @@ def fairness_weights(state: ClusterState, ahead: np.ndarray, est: np.ndarray) ->
     active = count > 0
     mean = np.where(active, wait_sum / np.maximum(count, 1.0), 0.0) + MIN_SCALE_SECONDS
     ratio = mean / mean[active].mean()
-    runs = np.where(np.isfinite(est), est, NO_LIMIT_SECONDS)
-    run = np.bincount(q.user, weights=runs, minlength=nu) / np.maximum(np.bincount(q.user, minlength=nu), 1)
-    slowdown = 1.0 + mean[:nu] / np.maximum(run, MIN_SCALE_SECONDS)
-    ratio[:nu] = np.maximum(ratio[:nu], slowdown / slowdown.mean())
+    if slowdown:
+        runs = np.where(np.isfinite(est), est, NO_LIMIT_SECONDS)
+        run = np.bincount(q.user, weights=runs, minlength=nu) / np.maximum(np.bincount(q.user, minlength=nu), 1)
+        slow = 1.0 + mean[:nu] / np.maximum(run, MIN_SCALE_SECONDS)
+        ratio[:nu] = np.maximum(ratio[:nu], slow / slow.mean())
     weight = ratio**FAIRNESS_POWER * (count[active].mean() / np.maximum(count, 1.0)) ** COUNT_EXPONENT
     job = weight[:nu][q.user]
     return job / job.mean()

@@ -75,7 +75,8 @@ def _proximity_defaults() -> dict[str, Any]:
 def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
     """A model trained over a range of W reads W (and, if asked, each job's urgency)."""
     conditioned = cfg.fairness_range is not None
-    return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=conditioned and cfg.urgency_input))
+    urgency = conditioned and cfg.urgency_input
+    return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=urgency, slowdown_urgency=urgency))
 
 
 def _attentive_defaults() -> dict[str, Any]:

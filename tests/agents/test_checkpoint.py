@@ -161,3 +161,37 @@ def test_the_fairness_setting_is_a_parameter_of_a_conditioned_model_only(tmp_pat
     plain = _save(tmp_path)
     with pytest.raises(CheckpointError, match="without the fairness input"):
         make_policy(f"attentive:model={plain},fairness=0.3")
+
+
+def test_a_model_reads_the_urgency_it_was_trained_on(tmp_path):
+    """The shipped model was trained when the urgency weighed users by their wait alone;
+    it is fed that, while models trained now (`training.kinds`) read the larger of the
+    wait and slowdown ratios. On a state where the two differ, each policy's view holds
+    its own definition."""
+    from attentived.agents.features import Context, job_urgency
+    from attentived.agents.learned import default_model_path
+    from attentived.agents.state import UserStats
+    from attentived.topology import uniform
+    from attentived.training.config import PPOConfig
+    from attentived.training.kinds import KINDS, kind_defaults
+
+    topo = uniform(4, 8, nodes_per_switch=2)
+    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 900.0, 86_400.0) for k in range(3)]
+    users = {"dana": UserStats(jobs=10, wait_seconds=10 * 3600.0, run_seconds=600.0, limit_seconds=600.0, limited_jobs=10),
+             "ed": UserStats(jobs=10, wait_seconds=10 * 7200.0, run_seconds=864_000.0, limit_seconds=864_000.0,
+                             limited_jobs=10)}
+    s = make_state(topo, [job("e", gpus=8, user="ed", submit=900.0, limit=86_400.0),
+                          job("d", gpus=8, user="dana", submit=950.0, limit=60.0)], running=running, users=users)
+    ctx = Context.of(s)
+    wait_only, either = job_urgency(ctx, slowdown=False), job_urgency(ctx)
+    assert wait_only[1] < wait_only[0] and either[1] > either[0]  # Dana is worse off only by slowdown
+
+    trained_now = KINDS["attentive"].make_net(PPOConfig(**kind_defaults("attentive")))
+    assert trained_now.cfg.urgency_input and trained_now.cfg.slowdown_urgency
+    path = save_model(tmp_path / "now.pt", trained_now, window=16, max_candidates=6, meta={})
+    now = load_learned("attentive", path)
+    assert now.encoder.jobs(ctx).urgency[:2] == pytest.approx(either)
+    if default_model_path("attentive").exists():
+        shipped = load_learned("attentive")
+        assert shipped.net.cfg.urgency_input and not shipped.net.cfg.slowdown_urgency
+        assert shipped.encoder.jobs(ctx).urgency[:2] == pytest.approx(wait_only)
