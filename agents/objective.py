@@ -629,14 +629,15 @@ def fairness_weights(state: ClusterState, ahead: np.ndarray, est: np.ndarray, sl
     count = np.array([float(done.get(u, (0.0, 0))[1]) for u in names])
     nu = len(q.users)
     projected = np.maximum(state.now - q.submit, 0.0) + ahead
+    queued_jobs = np.bincount(q.user, minlength=nu)  # 0 for a user of the queue's table with none pending
     wait_sum[:nu] += np.bincount(q.user, weights=projected, minlength=nu)
-    count[:nu] += np.bincount(q.user, minlength=nu)
+    count[:nu] += queued_jobs
     active = count > 0
     mean = np.where(active, wait_sum / np.maximum(count, 1.0), 0.0) + MIN_SCALE_SECONDS
     ratio = mean / mean[active].mean()
     if slowdown:
         runs = np.where(np.isfinite(est), est, NO_LIMIT_SECONDS)
-        run = np.bincount(q.user, weights=runs, minlength=nu) / np.maximum(np.bincount(q.user, minlength=nu), 1)
+        run = np.bincount(q.user, weights=runs, minlength=nu) / np.maximum(queued_jobs, 1)
         slow = 1.0 + mean[:nu] / np.maximum(run, MIN_SCALE_SECONDS)
         ratio[:nu] = np.maximum(ratio[:nu], slow / slow.mean())
     weight = ratio**FAIRNESS_POWER * (count[active].mean() / np.maximum(count, 1.0)) ** COUNT_EXPONENT

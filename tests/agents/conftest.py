@@ -74,6 +74,20 @@ def tight(topo, gpus, level) -> bool:
     return (islands if level == 1 else nodes) == 1
 
 
+def short_and_long_waiters(topo) -> ClusterState:
+    """24 of 32 GPUs busy for a day. Dana's one-minute jobs waited an hour each, Ed's
+    day-long jobs two hours each; each has an 8-GPU job pending (Ed's older). By mean wait
+    Ed is worse off, by slowdown (about 60x against 1.1x) Dana is."""
+    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 900.0, 86_400.0) for k in range(3)]
+    users = {"dana": UserStats(jobs=10, gpu_seconds=600.0, wait_seconds=10 * 3600.0, run_seconds=600.0,
+                               limit_seconds=600.0, limited_jobs=10),
+             "ed": UserStats(jobs=10, gpu_seconds=864_000.0, wait_seconds=10 * 7200.0, run_seconds=864_000.0,
+                             limit_seconds=864_000.0, limited_jobs=10)}
+    pending = [job("e", gpus=8, user="ed", submit=900.0, limit=86_400.0),
+               job("d", gpus=8, user="dana", submit=950.0, limit=60.0)]
+    return make_state(topo, pending, running=running, now=1000.0, users=users)
+
+
 @pytest.fixture
 def lab():
     """The test cluster's shape: 4 nodes x 8 GPUs (islands 0-3, 4-7), 2 nodes per switch."""

@@ -16,7 +16,7 @@ from attentived.agents.features import JOB_FEATURES
 from attentived.agents.learned import load_learned
 from attentived.agents.networks import AttentiveNet, NetConfig
 
-from .conftest import RunningJob, job, make_state
+from .conftest import RunningJob, job, make_state, short_and_long_waiters
 from .test_networks import _obs
 
 
@@ -170,19 +170,11 @@ def test_a_model_reads_the_urgency_it_was_trained_on(tmp_path):
     its own definition."""
     from attentived.agents.features import Context, job_urgency
     from attentived.agents.learned import default_model_path
-    from attentived.agents.state import UserStats
     from attentived.topology import uniform
     from attentived.training.config import PPOConfig
     from attentived.training.kinds import KINDS, kind_defaults
 
-    topo = uniform(4, 8, nodes_per_switch=2)
-    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 900.0, 86_400.0) for k in range(3)]
-    users = {"dana": UserStats(jobs=10, wait_seconds=10 * 3600.0, run_seconds=600.0, limit_seconds=600.0, limited_jobs=10),
-             "ed": UserStats(jobs=10, wait_seconds=10 * 7200.0, run_seconds=864_000.0, limit_seconds=864_000.0,
-                             limited_jobs=10)}
-    s = make_state(topo, [job("e", gpus=8, user="ed", submit=900.0, limit=86_400.0),
-                          job("d", gpus=8, user="dana", submit=950.0, limit=60.0)], running=running, users=users)
-    ctx = Context.of(s)
+    ctx = Context.of(short_and_long_waiters(uniform(4, 8, nodes_per_switch=2)))
     wait_only, either = job_urgency(ctx, slowdown=False), job_urgency(ctx)
     assert wait_only[1] < wait_only[0] and either[1] > either[0]  # Dana is worse off only by slowdown
 

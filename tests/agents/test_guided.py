@@ -48,7 +48,8 @@ def test_the_proposals_are_the_agents_ranking_and_its_fitting_jobs_first(lab):
     ranked, fits_first = chooser.proposals(s, look)
     assert sorted(ranked) == sorted(fits_first) == list(range(look.size))
     agent_order = chooser.agent.ranking(s)
-    assert [look.rows[i] for i in ranked] == [r for r in agent_order if r in set(look.rows)]
+    rows = set(look.rows)
+    assert [look.rows[i] for i in ranked] == [r for r in agent_order if r in rows]
     fits = [look.gpus[i] <= look.total_free for i in fits_first]
     assert fits == sorted(fits, reverse=True) and any(fits) and not all(fits)
     assert [i for i in fits_first if look.gpus[i] <= look.total_free] == [i for i in ranked if look.gpus[i] <= look.total_free]

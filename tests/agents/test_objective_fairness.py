@@ -20,7 +20,7 @@ from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
 from attentived.agents.state import PendingJob, RunningJob, UserStats
 
-from .conftest import job, make_state
+from .conftest import job, make_state, short_and_long_waiters
 from .test_metaheuristic import crowded, states
 
 ALL_CHOOSERS = (Genetic, Annealing, Portfolio)
@@ -157,17 +157,9 @@ def test_the_weighted_head_brings_the_worst_off_users_jobs_into_the_window(lab):
 
 
 def test_a_user_waiting_long_for_short_jobs_counts_as_worse_off(lab):
-    """Dana's one-minute jobs waited an hour each; Ed's day-long jobs waited two hours
-    each. By mean wait Ed is worse off, by slowdown (about 60x against 1.1x) Dana is: her
+    """By mean wait Ed is worse off, by slowdown Dana is (`short_and_long_waiters`): her
     weight is the larger, and at W = 1 her job goes first though Ed's is older."""
-    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 900.0, 86_400.0) for k in range(3)]
-    users = {"dana": UserStats(jobs=10, gpu_seconds=600.0, wait_seconds=10 * 3600.0, run_seconds=600.0,
-                               limit_seconds=600.0, limited_jobs=10),
-             "ed": UserStats(jobs=10, gpu_seconds=864_000.0, wait_seconds=10 * 7200.0, run_seconds=864_000.0,
-                             limit_seconds=864_000.0, limited_jobs=10)}
-    pending = [job("e", gpus=8, user="ed", submit=900.0, limit=86_400.0),
-               job("d", gpus=8, user="dana", submit=950.0, limit=60.0)]
-    s = make_state(lab, pending, running=running, now=1000.0, users=users)
+    s = short_and_long_waiters(lab)
     la = look(s, 1.0)
     weight = dict(zip((s.pending[r].user for r in la.rows), la.fair_weight))
     assert weight["dana"] > 1.0 > weight["ed"]
