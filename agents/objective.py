@@ -604,7 +604,9 @@ def fairness_weights(state: ClusterState, ahead: np.ndarray, est: np.ndarray, sl
     estimated run time). A user's weight is ``r ** FAIRNESS_POWER * (c / c_u) **
     COUNT_EXPONENT``, where ``r`` is the larger of two ratios to the users' mean: the
     projected mean wait (floored at a minute), and the projected slowdown ``1 + mean wait
-    / mean estimate of their pending jobs`` (estimates floored at a minute); ``c_u`` is
+    / mean estimate of their pending jobs`` (estimates floored at a minute; the mean over
+    the users with jobs pending, so a replay, whose queue lists every user of the
+    workload, weighs as the daemon, whose queue lists only those); ``c_u`` is
     the user's job count and ``c`` the users' mean count (a job moves the mean wait of a
     user with few jobs more). Normalised to mean 1 over the queue. The look-ahead weighs
     completion times with it; the attentive job agent reads its logarithm
@@ -639,7 +641,8 @@ def fairness_weights(state: ClusterState, ahead: np.ndarray, est: np.ndarray, sl
         runs = np.where(np.isfinite(est), est, NO_LIMIT_SECONDS)
         run = np.bincount(q.user, weights=runs, minlength=nu) / np.maximum(queued_jobs, 1)
         slow = 1.0 + mean[:nu] / np.maximum(run, MIN_SCALE_SECONDS)
-        ratio[:nu] = np.maximum(ratio[:nu], slow / slow.mean())
+        waiting = queued_jobs > 0  # a replay's table lists every user of the workload, the daemon's only those pending
+        ratio[:nu][waiting] = np.maximum(ratio[:nu][waiting], slow[waiting] / slow[waiting].mean())
     weight = ratio**FAIRNESS_POWER * (count[active].mean() / np.maximum(count, 1.0)) ** COUNT_EXPONENT
     job = weight[:nu][q.user]
     return job / job.mean()

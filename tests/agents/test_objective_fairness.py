@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,10 +16,10 @@ from hypothesis import strategies as st
 from attentived.agents.annealing import Annealing
 from attentived.agents.genetic import Genetic
 from attentived.agents.metaheuristic import Portfolio
-from attentived.agents.objective import DEFAULT_FAIRNESS, LookAhead, SlowdownTable, Weights
+from attentived.agents.objective import DEFAULT_FAIRNESS, LookAhead, SlowdownTable, Weights, fairness_weights
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
-from attentived.agents.state import PendingJob, RunningJob, UserStats
+from attentived.agents.state import PendingJob, QueueArrays, RunningJob, UserStats
 
 from .conftest import job, make_state, short_and_long_waiters
 from .test_metaheuristic import crowded, states
@@ -164,3 +165,19 @@ def test_a_user_waiting_long_for_short_jobs_counts_as_worse_off(lab):
     weight = dict(zip((s.pending[r].user for r in la.rows), la.fair_weight))
     assert weight["dana"] > 1.0 > weight["ed"]
     assert s.pending[int(Portfolio(fairness=1.0).rank(s).order[0])].job_id == "d"
+
+
+def test_weights_ignore_users_with_nothing_pending(lab):
+    """A replay's queue table lists every user of the workload, the daemon's only those with
+    jobs pending: the same jobs get the same weights from both. Carl has nothing pending and
+    long waits behind him; a slowdown mean taken over him too would lower Dana's ratio."""
+    s = short_and_long_waiters(lab)
+    carl = job("c", gpus=1, user="carl", submit=0.0, limit=60.0)
+    table = QueueArrays.of([*s.pending, carl])
+    rows = np.array([i for i, p in enumerate([*s.pending, carl]) if p.user != "carl"])
+    users = {**s.users, "carl": UserStats(jobs=5, gpu_seconds=300.0, wait_seconds=5 * 86_400.0, run_seconds=300.0)}
+    daemon = replace(s, users=users)
+    replay = replace(s, users=users, queue_arrays=table.take(rows))
+    assert replay.queue.users != daemon.queue.users  # the replay's table has carl, whose row is not in the queue
+    ahead, est = np.zeros(2), np.array([86_400.0, 60.0])
+    assert np.allclose(fairness_weights(replay, ahead, est), fairness_weights(daemon, ahead, est))
