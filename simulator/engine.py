@@ -162,6 +162,15 @@ class Simulation:
     ``cadence`` (seconds, 0: off) makes decisions wait for the scheduler's next pass on a
     grid of that period, as a live Slurm starts jobs at its scheduling passes
     (``sched_interval``) rather than the instant resources free up.
+
+    ``at_submit`` (a policy, or ``None``: off) is what slurmctld does with a job submitted
+    while no other job is pending: without ``defer`` in ``SchedulerParameters``, its
+    ``job_allocate`` tries the top-priority job at once, before any pass and before a
+    daemon steering Slurm has seen it, and starts it wherever Slurm's own selection puts it
+    (``at_submit`` decides on a state holding that job alone: for the lab, ``fifo`` with
+    first-fit). A live run of the daemon showed it: two 8-GPU jobs submitted together onto
+    an idle queue both started in their second, where a replay deciding at the pass held
+    one back and started the 1-GPU jobs that arrived with them.
     """
 
     def __init__(
@@ -173,9 +182,11 @@ class Simulation:
         speed: SpeedModel | None = None,
         progress: Callable[[int], None] | None = None,
         cadence: float = 0.0,
+        at_submit: Policy | None = None,
     ) -> None:
         if not 0 <= cadence < math.inf:
             raise ValueError(f"cadence must be a number of seconds >= 0, got {cadence!r}")
+        self.at_submit = at_submit
         bad = next((s.job for s in jobs if s.job.num_nodes is not None
                     and not (s.job.num_nodes >= 1 and s.job.num_gpus % s.job.num_nodes == 0)), None)
         if bad is not None:
@@ -264,6 +275,8 @@ class Simulation:
                     self._is_pending[self._row[job_id]] = True
                     self._arrived += 1
                     self._sizes[pj.num_gpus] += 1
+                    if self.at_submit is not None and len(self._pending) == 1:
+                        self._start_at_submit(pj)
                 else:
                     self._finish(job_id)
                     finished_any = True
@@ -363,6 +376,15 @@ class Simulation:
             self._decision_times.append(time.perf_counter() - t0)
             self.apply(plan)
         return self.result()
+
+    def _start_at_submit(self, job: PendingJob) -> None:
+        """Start ``job``, just submitted onto an empty queue, if ``at_submit`` places it now."""
+        assert self.at_submit is not None
+        alone = ClusterState(now=self.now, topology=self.topology, free=self._free, pending=(job,),
+                             nodes=None if self._res is None else self._res.capacity())
+        starts = self.at_submit.decide(alone).starts
+        if starts:
+            self.apply(Plan(order=(job.job_id,), starts=starts))
 
     def _finish(self, job_id: str) -> None:
         run = self._running.pop(job_id)

@@ -148,12 +148,15 @@ def predict(workload: Workload, policy: str, topo: Topology | None = None, seed:
             cadence: float = 0.0, pinned: bool = False) -> list[JobRecord]:
     """The simulator's replay of the demo workload under ``policy`` (any registry name, the
     learned ones included; records named like the live jobs); ``cadence``: Slurm's
-    scheduling passes (`Simulation`); ``pinned``: the policy only pins nodes, as the daemon
-    does, and Slurm picks the GPU indices there (`SlurmPicksGpus`)."""
+    scheduling passes (`Simulation`), and with them Slurm's start at submission of a job
+    that finds nothing else pending, placed first-fit as the lab's ``select/cons_tres``
+    does (`Simulation`'s ``at_submit``); ``pinned``: the policy only pins nodes, as the
+    daemon does, and Slurm picks the GPU indices there (`SlurmPicksGpus`)."""
     from attentived.agents.registry import make_policy
 
     topo = topo or demo_topology()
     chosen: Any = make_policy(policy, seed)
     if pinned:
         chosen = SlurmPicksGpus(chosen)
-    return list(Simulation(workload.sim_jobs(), topo, chosen, cadence=cadence).run().records)
+    at_submit = make_policy("fifo", seed) if cadence else None
+    return list(Simulation(workload.sim_jobs(), topo, chosen, cadence=cadence, at_submit=at_submit).run().records)

@@ -152,6 +152,21 @@ def test_a_cadence_starts_jobs_at_the_schedulers_passes_only():
             Simulation(jobs, topo, make_policy("fifo"), cadence=bad)
 
 
+def test_slurm_starts_a_job_submitted_onto_an_empty_queue_before_any_pass():
+    """``at_submit``: slurmctld's ``job_allocate`` starts the top-priority job at submission.
+    Long x and short y arrive together on 2 GPUs: SJF deciding at the pass starts y first,
+    but x found the queue empty and Slurm started it at once; y, submitted behind it, waits
+    for the pass after x ends; z arrives while y is pending: not at submit, after y."""
+    topo = uniform(1, 2)
+    jobs = [SimJob(tj("x", 0.3, 5.0, gpus=2), 10.0, "resnet50"), SimJob(tj("y", 0.3, 1.0, gpus=2), 2.0, "resnet50"),
+            SimJob(tj("z", 0.4, 1.0, gpus=1), 2.0, "resnet50")]
+    at_pass = {r.job_id: r.start_time for r in Simulation(jobs, topo, make_policy("sjf"), cadence=1.0).run().records}
+    assert at_pass["y"] == 1.0 and at_pass["x"] > at_pass["y"]
+    live = Simulation(jobs, topo, make_policy("sjf"), cadence=1.0, at_submit=make_policy("fifo")).run().records
+    assert {r.job_id: r.start_time for r in live} == {"x": 0.3, "y": 6.0, "z": 7.0}
+    assert {r.job_id: r.gpus for r in live}["x"] == (0, 1)
+
+
 def test_a_node_count_that_cannot_hold_the_gpus_is_refused():
     from dataclasses import replace
 
