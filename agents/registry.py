@@ -15,6 +15,7 @@ from typing import cast
 from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
 from .objective import DEFAULT_FAIRNESS, check_fairness
 from .policy import Policy, Scheduler
+from .slurm_backfill import SlurmBackfill
 from .spec import BadPolicyName, Parameter, PolicySpec, model_file, parse
 
 __all__ = ["ALL", "LEARNED", "ORDERS", "PLACERS", "PRESETS", "Preset", "UnknownPolicy", "expand", "make_policy",
@@ -35,7 +36,8 @@ PRESETS: dict[str, Preset] = {
     "fair-share": Preset("fair-share", "first-fit", False, "least-served user first, first-fit"),
     "tiresias": Preset("tiresias", "consolidate", False, "Tiresias-style discretized LAS, consolidated placement"),
     "slurm": Preset("slurm-multifactor", "first-fit", True,
-                    "emulated Slurm site: fair-share+age+size multifactor, backfill, first-fit"),
+                    "emulated Slurm site: fair-share+age+size multifactor, Slurm's backfill (every job it tests "
+                    "reserves), first-fit"),
     "fifo+consolidate": Preset("fifo", "consolidate", False, "FIFO with topology-aware best-fit placement"),
     "sjf+consolidate": Preset("sjf", "consolidate", False, "SJF with topology-aware best-fit placement"),
     "fair-share+consolidate": Preset("fair-share", "consolidate", False, "fair-share with topology-aware placement"),
@@ -80,6 +82,13 @@ def _positive(text: str) -> float:
     return v
 
 
+def _count(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise ValueError(text)
+    return v
+
+
 def _non_negative(text: str) -> float:
     v = float(text)
     if not 0 <= v < float("inf"):
@@ -95,6 +104,17 @@ SLURM_PARAMETERS: dict[str, Parameter] = {
                              "start, modulo calc_period)", "a number of seconds >= 0", _non_negative, "0"),
     "weight_fairshare": Parameter("weight_fairshare", "PriorityWeightFairshare (0: a site without slurmdbd)",
                                   "a number >= 0", _non_negative, "10000"),
+}
+
+#: sched/backfill's settings (SchedulerParameters' names), taken by the ``slurm`` preset's
+#: backfill (`SlurmBackfill`), not by its priority order.
+BACKFILL_PARAMETERS: dict[str, Parameter] = {
+    "bf_resolution": Parameter("bf_resolution", "seconds of the backfill's time grid (bf_resolution)",
+                               "a number of seconds > 0", _positive, "60"),
+    "bf_window": Parameter("bf_window", "seconds ahead the backfill reserves for (bf_window, in minutes in slurm.conf)",
+                           "a number of seconds > 0", _positive, "86400"),
+    "bf_max_job_test": Parameter("bf_max_job_test", "pending jobs the backfill considers, in priority order",
+                                 "a whole number >= 1", _count, "500"),
 }
 
 LEARNED_PARAMETERS: dict[str, dict[str, Parameter]] = {
@@ -131,7 +151,7 @@ def parameters(name: str) -> Mapping[str, Parameter] | None:
     if parts is None:
         return None
     if parts[0] == "slurm-multifactor":
-        return SLURM_PARAMETERS
+        return {**SLURM_PARAMETERS, **BACKFILL_PARAMETERS} if parts[2] else SLURM_PARAMETERS
     return {"fairness": FAIRNESS} if parts[0] in SEARCH_ORDERS else {}
 
 
@@ -180,7 +200,11 @@ def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
                               fairness=cast("float | None", params.get("fairness")))
     else:
         order, placer, backfill = parts
-        policy = Scheduler(ORDERS[order](seed, **params), PLACERS[placer](seed), backfill, name=spec.base)
+        if order == "slurm-multifactor" and backfill:  # Slurm's own backfill, reservations for every job
+            bf = {k[3:]: params.pop(k) for k in list(params) if k in BACKFILL_PARAMETERS}
+            policy = SlurmBackfill(ORDERS[order](seed, **params), PLACERS[placer](seed), **bf, name=spec.base)
+        else:
+            policy = Scheduler(ORDERS[order](seed, **params), PLACERS[placer](seed), backfill, name=spec.base)
     policy.name = spec.name
     return policy
 

@@ -64,6 +64,8 @@ def replay(folder: Path, model: Path | None) -> dict:
         policy = run["predicted_by"]
         if name == "attentived" and model is not None and learned is not None:
             policy = _with_model(policy, model)
+        if name == "slurm" and "bf_resolution" not in policy:  # recorded before the preset ran Slurm's backfill
+            policy = policy.replace("slurm:", "slurm:bf_resolution=1,", 1)
         records = predict(workload, policy, topo, w["seed"], SCHED_PASS, pinned=name == "attentived")
         sim = summary_of(records, topo)
         out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],

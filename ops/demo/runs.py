@@ -51,8 +51,9 @@ SLURM_ALONE_SCHED = "sched/backfill"
 SLURM_ALONE_WEIGHTS = {"PriorityWeightFairshare": "10000", "PriorityWeightAge": "1000", "PriorityWeightJobSize": "1000",
                        "PriorityMaxAge": "7-0", "PriorityDecayHalfLife": "7-0", "PriorityCalcPeriod": "1"}
 SLURM_ALONE_CONF = "\n".join(f"{k}={v}" for k, v in SLURM_ALONE_WEIGHTS.items())
-#: The simulator preset that stands for Slurm alone in the prediction (usage summed each minute).
-SLURM_ALONE_PRESET = "slurm:calc_period=60"
+#: The simulator preset that stands for Slurm alone in the prediction: usage summed each
+#: minute, the backfill on the one-second grid of DEMO_SCHED_PARAMS.
+SLURM_ALONE_PRESET = "slurm:bf_resolution=1,calc_period=60"
 
 
 def slurm_alone_preset(lab: Any, t0: float) -> str:

@@ -1,0 +1,89 @@
+"""Slurm's backfill (`SlurmBackfill`, the ``slurm`` preset's): every job it tests reserves,
+so no job starts that would delay one above it, unlike EASY backfill, which protects the
+first blocked job only."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attentived.agents.order import Fifo
+from attentived.agents.placement import FirstFit
+from attentived.agents.policy import Scheduler
+from attentived.agents.registry import BadPolicyName, make_policy
+from attentived.agents.slurm_backfill import SlurmBackfill
+from attentived.agents.state import RunningJob
+from attentived.simulator.engine import SimJob, Simulation
+from attentived.simulator.trace import TraceJob
+from attentived.topology import uniform
+
+from .conftest import job, make_state
+
+
+def three_nodes_busy():
+    """3 nodes x 2 GPUs at t = 0 (jobs A and B below ask one node each): node0 busy until 100, node1's GPU 2 until 50, node2's GPU
+    4 until 80; GPUs 3 and 5 free."""
+    topo = uniform(3, 2)
+    running = [RunningJob("r0", "x", (0, 1), 0.0, -10.0, 110.0), RunningJob("r1", "x", (2,), 0.0, -10.0, 60.0),
+               RunningJob("r2", "x", (4,), 0.0, -10.0, 90.0)]
+    return topo, running
+
+
+def starts(policy, state):
+    return {s.job_id: s.gpus for s in policy.decide(state).starts}
+
+
+def slurm_backfill(**kw):
+    return SlurmBackfill(Fifo(), FirstFit(), resolution=1.0, **kw)
+
+
+def test_a_job_that_would_delay_the_second_blocked_job_waits():
+    """A reserves node1 from 50, B node2 from 80. D (one GPU for 500 s) fits on node2 now
+    but would push B back: Slurm keeps it waiting, EASY (protecting A alone) starts it. E
+    ends before B's reservation and starts under both."""
+    topo, running = three_nodes_busy()
+    pending = [job("A", 2, submit=0, limit=100, nodes=1), job("B", 2, submit=1, limit=100, nodes=1),
+               job("D", 1, submit=2, limit=500), job("E", 1, submit=3, limit=60)]
+    s = make_state(topo, pending, running=running, now=0.0)
+    easy = starts(Scheduler(Fifo(), FirstFit(), backfill=True), s)
+    assert "D" in easy
+    slurm = starts(slurm_backfill(), s)
+    assert "D" not in slurm and slurm["E"] == (5,)
+
+
+def test_no_reservation_beyond_the_window():
+    """With a 60 s window A (50 s away) is reserved and B (80 s away) is not, so D may take
+    node2 now; tested two jobs deep, D is not even considered."""
+    topo, running = three_nodes_busy()
+    pending = [job("A", 2, submit=0, limit=100, nodes=1), job("B", 2, submit=1, limit=100, nodes=1), job("D", 1, submit=2, limit=500)]
+    s = make_state(topo, pending, running=running, now=0.0)
+    assert starts(slurm_backfill(window=60.0), s) == {"D": (5,)}
+    assert starts(slurm_backfill(max_job_test=2), s) == {}  # D is not even tested
+
+
+def test_the_slurm_preset_runs_slurms_backfill_and_takes_its_settings():
+    p = make_policy("slurm:bf_resolution=1,bf_window=3600,bf_max_job_test=20")
+    assert isinstance(p, SlurmBackfill) and (p.resolution, p.window, p.max_job_test) == (1.0, 3600.0, 20)
+    assert isinstance(make_policy("slurm-multifactor+first-fit"), Scheduler)  # no backfill: the main pass alone
+    for bad in ("slurm:bf_resolution=0", "slurm:bf_max_job_test=0", "slurm:bf_window=-5", "sjf+backfill:bf_window=60"):
+        with pytest.raises(BadPolicyName):
+            make_policy(bad)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.floats(0, 200), st.floats(1, 120), st.sampled_from([1, 1, 2, 3, 4, 8]),
+                          st.sampled_from([None, 1, 2]), st.floats(1.0, 3.0)), min_size=1, max_size=30))
+def test_replays_are_valid_complete_and_deterministic(jobs):
+    """Random workloads (limits 1-3x the durations, fixed and free node shapes): the engine
+    checks every start (free GPUs, node shape), every job ends, and a rerun is identical."""
+    topo = uniform(2, 4)
+    trace = []
+    for i, (submit, duration, gpus, nodes, over) in enumerate(jobs):
+        if nodes is not None and (gpus % nodes or gpus // nodes > 4):  # a node has 4 GPUs
+            nodes = None
+        trace.append(SimJob(TraceJob(f"j{i}", submit, "u", gpus, duration, None, num_nodes=nodes, line=i), duration * over,
+                            "resnet50"))
+    first = Simulation(trace, topo, slurm_backfill(), cadence=1.0).run().records
+    assert len(first) == len(trace)
+    assert first == Simulation(trace, topo, slurm_backfill(), cadence=1.0).run().records
