@@ -163,14 +163,14 @@ class Simulation:
     grid of that period, as a live Slurm starts jobs at its scheduling passes
     (``sched_interval``) rather than the instant resources free up.
 
-    ``at_submit`` (a policy, or ``None``: off) is what slurmctld does with a job submitted
-    while no other job is pending: without ``defer`` in ``SchedulerParameters``, its
-    ``job_allocate`` tries the top-priority job at once, before any pass and before a
-    daemon steering Slurm has seen it, and starts it wherever Slurm's own selection puts it
-    (``at_submit`` decides on a state holding that job alone: for the lab, ``fifo`` with
-    first-fit). A live run of the daemon showed it: two 8-GPU jobs submitted together onto
-    an idle queue both started in their second, where a replay deciding at the pass held
-    one back and started the 1-GPU jobs that arrived with them.
+    ``at_submit`` (a policy, or ``None``: off) decides at once, on a state holding that job
+    alone, on a job that arrives while no other job is pending, instead of at the next
+    pass with the jobs that arrive in the same instant. Live, jobs submitted "together" are
+    submitted one sbatch after another: slurmctld's ``job_allocate`` tries the first at
+    submission (no ``defer`` in ``SchedulerParameters``), before any pass; a daemon's next
+    cycle sees it before the rest of its batch. On the lab two 8-GPU jobs submitted
+    together onto an idle queue both started in their second, where a replay deciding at
+    the pass held one back for the 1-GPU jobs that arrived with them.
     """
 
     def __init__(

@@ -148,15 +148,23 @@ def predict(workload: Workload, policy: str, topo: Topology | None = None, seed:
             cadence: float = 0.0, pinned: bool = False) -> list[JobRecord]:
     """The simulator's replay of the demo workload under ``policy`` (any registry name, the
     learned ones included; records named like the live jobs); ``cadence``: Slurm's
-    scheduling passes (`Simulation`), and with them Slurm's start at submission of a job
-    that finds nothing else pending, placed first-fit as the lab's ``select/cons_tres``
-    does (`Simulation`'s ``at_submit``); ``pinned``: the policy only pins nodes, as the
-    daemon does, and Slurm picks the GPU indices there (`SlurmPicksGpus`)."""
+    scheduling passes (`Simulation`), and with them the decision on a job that arrives
+    while nothing else is pending, taken at once on that job alone (`Simulation`'s
+    ``at_submit``): by slurmctld's ``job_allocate`` (first-fit) for Slurm alone, by the
+    daemon's next cycle for attentived (it sees the job before the rest of its batch is
+    submitted; the lab never started a job the daemon had not pinned); ``pinned``: the
+    policy only pins nodes, as the daemon does, and Slurm picks the GPU indices there
+    (`SlurmPicksGpus`)."""
     from attentived.agents.registry import make_policy
 
     topo = topo or demo_topology()
-    chosen: Any = make_policy(policy, seed)
-    if pinned:
-        chosen = SlurmPicksGpus(chosen)
-    at_submit = make_policy("fifo", seed) if cadence else None
-    return list(Simulation(workload.sim_jobs(), topo, chosen, cadence=cadence, at_submit=at_submit).run().records)
+
+    def build(name: str) -> Any:
+        made = make_policy(name, seed)
+        return SlurmPicksGpus(made) if pinned else made
+
+    # Its own instance: a policy's state (the slurm preset's priorities, computed at its
+    # passes) must not see these extra decisions.
+    alone = build(policy) if pinned else make_policy("fifo", seed)
+    return list(Simulation(workload.sim_jobs(), topo, build(policy), cadence=cadence,
+                           at_submit=alone if cadence else None).run().records)
