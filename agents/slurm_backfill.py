@@ -63,7 +63,10 @@ class SlurmBackfill:
         free = state.free.copy()
         horizon = state.now + self.window
         starts: list[Start] = []
+        n_free = state.num_free
         for pos in range(min(len(order), self.max_job_test)):
+            if n_free == 0:
+                break  # nothing can start now; the reservations below would change no start
             job = state.pending[int(order[pos])]
             limit = math.inf if job.time_limit is None else job.time_limit
             found = plan.earliest(job, limit, horizon)
@@ -79,6 +82,7 @@ class SlurmBackfill:
                 continue  # CPUs, memory or a node constraint say no: a later pass tries again
             taken = fit.take(job, gpus)
             free[list(taken)] = False
+            n_free = int(np.count_nonzero(free))
             plan.book(0, limit, plan.per_node(gpus))
             starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
         return Plan(order=OrderView(state.pending, order), starts=tuple(starts))
