@@ -9,18 +9,19 @@ avg JCT and avg wait and the error `sim / live - 1`; issue 15's target is within
 seed. A change to the engine, the `slurm` preset or the prediction is judged on the same
 live runs this way, without running the lab again (a demo takes five minutes a seed).
 
-    .venv/bin/python bench/demo_prediction.py bench/results/demo-seeds/seed-*   # the 5 recorded seeds
+    .venv/bin/python bench/demo_prediction.py bench/results/demo-seeds/seed-*   # the 8 recorded seeds
     .venv/bin/python bench/demo_prediction.py --json DIR...                # + bench/results/demo_prediction.json
 
 The workload is rebuilt from the recorded seed, scale and load and checked job by job against
 the recorded one; a folder whose workload does not rebuild the same is refused. The
 attentived run is predicted with the model that ran it: ``--model PATH`` (default: the shipped
 one) must be the file demo.json records (its sha256), else the folder is refused. Demos saved
-before the model was recorded (the five of bench/results/demo-seeds, run with the model
-shipped at 35b47f0) are predicted with ``--model`` as given and reported as unrecorded:
+before the model was recorded (the five of bench/results/demo-seeds-35b47f0 and seeds 1-3 of
+demo-seeds-load2.4, run with the model shipped at 35b47f0) are predicted with ``--model`` as
+given and reported as unrecorded:
 
     git show 35b47f0:attentived/data/models/attentive-default.pt > /tmp/attentive-35b47f0.pt
-    .venv/bin/python bench/demo_prediction.py --model /tmp/attentive-35b47f0.pt bench/results/demo-seeds/seed-*
+    .venv/bin/python bench/demo_prediction.py --model /tmp/attentive-35b47f0.pt bench/results/demo-seeds-35b47f0/seed-*
 """
 
 from __future__ import annotations
