@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
 from .objective import DEFAULT_FAIRNESS, check_fairness
@@ -202,7 +202,8 @@ def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
         order, placer, backfill = parts
         if order == "slurm-multifactor" and backfill:  # Slurm's own backfill, reservations for every job
             bf = {k[3:]: params.pop(k) for k in list(params) if k in BACKFILL_PARAMETERS}
-            policy = SlurmBackfill(ORDERS[order](seed, **params), PLACERS[placer](seed), **bf, name=spec.base)
+            policy = SlurmBackfill(ORDERS[order](seed, **params), PLACERS[placer](seed), **cast("dict[str, Any]", bf),
+                                   name=spec.base)
         else:
             policy = Scheduler(ORDERS[order](seed, **params), PLACERS[placer](seed), backfill, name=spec.base)
     policy.name = spec.name
