@@ -124,7 +124,8 @@ class PolicySlot:
 
 def _warm_up_state(topology: Topology) -> ClusterState:
     """A quarter of the first node busy with a running job; pending: 1, 2 and 8 GPUs and the
-    whole cluster, from two users, with time limits."""
+    whole cluster, from two users, with time limits. Every made-up job id starts with
+    ``warm-up``."""
     n = topology.num_gpus
     first = int(topology.node_first_gpu[1]) if len(topology.nodes) > 1 else n
     running = RunningJob("warm-up-running", "warm-up-a", tuple(range(max(1, first // 4))), 0.0, 0.0, 3600.0)

@@ -17,6 +17,7 @@ SHAPES = [uniform(1, 1), uniform(2, 4), uniform(4, 8, nodes_per_switch=2), unifo
 def test_every_policy_decides_the_warm_up_state_validly(topo, name):
     state = _warm_up_state(topo)
     assert len(state.pending) == 4 and len(state.running) == 1
+    assert all(j.job_id.startswith("warm-up") for j in (*state.pending, *state.running))
     assert len({j.user for j in state.pending}) == 2 and all(j.time_limit for j in state.pending)
     plan = make_policy(name).decide(state)
     taken = [g for s in plan.starts for g in s.gpus]

@@ -169,7 +169,7 @@ class _Slow:
 
     def decide(self, state) -> Plan:
         self.calls += 1
-        if any(j.job_id != "warm-up" for j in state.pending) and not getattr(self, "fired", False):
+        if any(not j.job_id.startswith("warm-up") for j in state.pending) and not getattr(self, "fired", False):
             self.fired = True
             self.lab.run(["scancel", self.victim])
             wait_until(lambda: self.lab.job_state(int(self.victim)) not in ("RUNNING", "COMPLETING"), what="victim gone")
