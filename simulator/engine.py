@@ -380,9 +380,9 @@ class Simulation:
     def _start_at_submit(self, job: PendingJob) -> None:
         """Start ``job``, just submitted onto an empty queue, if ``at_submit`` places it now."""
         assert self.at_submit is not None
-        alone = ClusterState(now=self.now, topology=self.topology, free=self._free, pending=(job,),
-                             nodes=None if self._res is None else self._res.capacity())
-        starts = self.at_submit.decide(alone).starts
+        # The snapshot holds this job alone, with the running jobs and users' records a
+        # live scheduler sees when it decides at submission.
+        starts = self.at_submit.decide(self.snapshot()).starts
         if starts:
             self.apply(Plan(order=(job.job_id,), starts=starts))
 

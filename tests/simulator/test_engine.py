@@ -167,6 +167,31 @@ def test_slurm_starts_a_job_submitted_onto_an_empty_queue_before_any_pass():
     assert {r.job_id: r.gpus for r in live}["x"] == (0, 1)
 
 
+def test_the_decision_at_submit_sees_the_running_jobs_and_users():
+    """A scheduler deciding at submission sees what it sees at a pass: the running jobs
+    (their limits drive backfill and the agents' features) and users' finished jobs."""
+    seen = []
+
+    class Recording:
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.inner = make_policy("fifo")
+
+        def decide(self, state):
+            seen.append((state.now, [p.job_id for p in state.pending], [r.job_id for r in state.running],
+                         sorted(state.users)))
+            return self.inner.decide(state)
+
+    topo = uniform(1, 4)
+    jobs = [SimJob(tj("x", 0.3, 1.0, gpus=2), 10.0, "resnet50"), SimJob(tj("w", 2.0, 5.0, gpus=1), 10.0, "resnet50"),
+            SimJob(tj("v", 2.5, 1.0, gpus=1), 10.0, "resnet50")]
+    Simulation(jobs, topo, make_policy("sjf"), cadence=1.0, at_submit=Recording()).run()
+    assert seen[0] == (0.3, ["x"], [], [])
+    assert seen[1] == (2.0, ["w"], [], ["alice"])  # x has finished: its user's record is known
+    assert seen[2] == (2.5, ["v"], ["w"], ["alice"])
+
+
 def test_a_node_count_that_cannot_hold_the_gpus_is_refused():
     from dataclasses import replace
 
