@@ -64,6 +64,32 @@ def _shaped(job: PendingJob) -> tuple[int, int] | None:
     return job.num_nodes, job.num_gpus // job.num_nodes
 
 
+def first_fit_nodes(job: PendingJob, node_free: np.ndarray) -> list[tuple[int, int]] | None:
+    """(node, GPUs) pairs that Slurm's select without topology gives ``job`` on free counts
+    ``node_free``: a fixed shape on the lowest nodes with room, else the lowest node that
+    holds the whole job, else nodes in index order; ``None`` if it does not fit. Counts may
+    be negative where a backfill timeline has overbooked a node (they count as none)."""
+    g = job.num_gpus
+    shape = _shaped(job)
+    if shape is not None:
+        k, per = shape
+        ok = np.flatnonzero(node_free >= per)[:k]
+        return [(node, per) for node in ok.tolist()] if len(ok) == k else None
+    whole = np.flatnonzero(node_free >= g)
+    if len(whole):
+        return [(int(whole[0]), g)]
+    if int(node_free.clip(min=0).sum()) < g:
+        return None
+    out: list[tuple[int, int]] = []
+    for node in np.flatnonzero(node_free > 0).tolist():
+        k = min(int(node_free[node]), g)
+        out.append((node, k))
+        g -= k
+        if not g:
+            break
+    return out
+
+
 @dataclass
 class FirstFit:
     """Slurm's select without topology: the lowest-numbered node that holds the whole job,
@@ -73,25 +99,17 @@ class FirstFit:
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
         topo = state.topology
-        shape = _shaped(job)
-        if job.num_gpus == 1 and shape is None:
+        if job.num_gpus == 1 and job.num_nodes is None:
             # The lowest free GPU is on the lowest node with one (most jobs of a trace ask one GPU).
             g = int(free.argmax())
             return (g,) if free[g] else None
-        node_free = topo.per_node(free)  # islands do not matter here
-        if shape is not None:
-            k, per = shape
-            ok = np.flatnonzero(node_free >= per)
-            if len(ok) < k:
-                return None
-            nodes = [int(x) for x in ok[:k]]
-            return _lowest(topo, free, nodes, per, job.num_gpus)
-        whole = np.flatnonzero(node_free >= job.num_gpus)
-        if len(whole):
-            return _lowest(topo, free, [int(whole[0])], None, job.num_gpus)
-        if node_free.sum() < job.num_gpus:
+        nodes = first_fit_nodes(job, topo.per_node(free))  # islands do not matter here
+        if nodes is None:
             return None
-        return _lowest(topo, free, np.flatnonzero(node_free).tolist(), None, job.num_gpus)
+        out: list[int] = []
+        for node, k in nodes:
+            out.extend(lowest_free(topo, free, node, k))
+        return tuple(out)
 
 
 def lowest_free(topo: Topology, free: np.ndarray, node: int, count: int) -> list[int]:
@@ -99,15 +117,6 @@ def lowest_free(topo: Topology, free: np.ndarray, node: int, count: int) -> list
     what Slurm's GPU selection takes on a node."""
     lo, hi = int(topo.node_first_gpu[node]), int(topo.node_first_gpu[node + 1])
     return [int(x) + lo for x in np.flatnonzero(free[lo:hi])[:count]]
-
-
-def _lowest(topo: Topology, free: np.ndarray, nodes: list[int], per_node: int | None, n: int) -> tuple[int, ...]:
-    out: list[int] = []
-    for ni in nodes:
-        out.extend(lowest_free(topo, free, ni, min(per_node if per_node is not None else n, n - len(out))))
-        if len(out) == n:
-            return tuple(out)
-    raise AssertionError("caller checked capacity")
 
 
 @dataclass

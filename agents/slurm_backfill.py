@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fit import Fit
+from .placement import first_fit_nodes
 from .plan import OrderView, Plan, Start
 from .policy import JobChooser, Placer
 from .state import ClusterState, PendingJob
@@ -140,8 +141,11 @@ class _Timeline:
             if self.times[row] > horizon:
                 return None
             end = self._rows(row, limit)
-            take = _first_fit(job, self.free[row] if end == row + 1 else self.free[row:end].min(axis=0))
-            if take is not None:
+            nodes = first_fit_nodes(job, self.free[row] if end == row + 1 else self.free[row:end].min(axis=0))
+            if nodes is not None:
+                take = np.zeros(self.free.shape[1], dtype=np.int64)
+                for node, k in nodes:
+                    take[node] = k
                 return row, take
         return None
 
@@ -175,32 +179,3 @@ def _fits(job: PendingJob, free: np.ndarray) -> np.ndarray:
     if job.num_nodes is not None:
         return (free >= job.num_gpus // job.num_nodes).sum(axis=1) >= job.num_nodes
     return free.clip(min=0).sum(axis=1) >= job.num_gpus
-
-
-def _first_fit(job: PendingJob, avail: np.ndarray) -> np.ndarray | None:
-    """GPUs per node for ``job`` on free counts ``avail``, as `FirstFit` places: a fixed
-    shape on the lowest nodes with room, else the lowest node that holds the whole job,
-    else nodes in index order; ``None`` if it does not fit."""
-    take = np.zeros(len(avail), dtype=np.int64)
-    g = job.num_gpus
-    if job.num_nodes is not None:
-        per = g // job.num_nodes
-        ok = np.flatnonzero(avail >= per)[: job.num_nodes]
-        if len(ok) < job.num_nodes:
-            return None
-        take[ok] = per
-        return take
-    whole = np.flatnonzero(avail >= g)
-    if len(whole):
-        take[whole[0]] = g
-        return take
-    if int(avail.clip(min=0).sum()) < g:
-        return None
-    want = g
-    for node in np.flatnonzero(avail > 0).tolist():
-        k = min(int(avail[node]), want)
-        take[node] = k
-        want -= k
-        if not want:
-            break
-    return take
