@@ -78,14 +78,15 @@ def first_fit_nodes(job: PendingJob, node_free: np.ndarray) -> list[tuple[int, i
     whole = np.flatnonzero(node_free >= g)
     if len(whole):
         return [(int(whole[0]), g)]
-    if int(node_free.clip(min=0).sum()) < g:
+    nodes = np.flatnonzero(node_free > 0)
+    have = node_free[nodes]
+    if int(have.sum()) < g:
         return None
     out: list[tuple[int, int]] = []
-    for node in np.flatnonzero(node_free > 0).tolist():
-        k = min(int(node_free[node]), g)
-        out.append((node, k))
+    for node, k in zip(nodes.tolist(), have.tolist()):
+        out.append((node, min(k, g)))
         g -= k
-        if not g:
+        if g <= 0:
             break
     return out
 
