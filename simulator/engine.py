@@ -166,11 +166,11 @@ class Simulation:
     ``at_submit`` (a policy, or ``None``: off) decides at once, on a state holding that job
     alone, on a job that arrives while no other job is pending, instead of at the next
     pass with the jobs that arrive in the same instant. Live, jobs submitted "together" are
-    submitted one sbatch after another: slurmctld's ``job_allocate`` tries the first at
-    submission (no ``defer`` in ``SchedulerParameters``), before any pass; a daemon's next
-    cycle sees it before the rest of its batch. On the lab two 8-GPU jobs submitted
-    together onto an idle queue both started in their second, where a replay deciding at
-    the pass held one back for the 1-GPU jobs that arrived with them.
+    submitted one sbatch after another, and Slurm's pass (once a second, at a phase of its
+    own) or a daemon's cycle can fall between them: this stands in for those clocks, which
+    the engine does not know. On the lab two 8-GPU jobs submitted together onto an idle
+    queue both started in their second, where a replay deciding at the pass held one back
+    for the 1-GPU jobs that arrived with them.
     """
 
     def __init__(

@@ -150,9 +150,9 @@ def predict(workload: Workload, policy: str, topo: Topology | None = None, seed:
     learned ones included; records named like the live jobs); ``cadence``: Slurm's
     scheduling passes (`Simulation`), and with them the decision on a job that arrives
     while nothing else is pending, taken at once on that job alone (`Simulation`'s
-    ``at_submit``): by slurmctld's ``job_allocate`` (first-fit) for Slurm alone, by the
-    daemon's next cycle for attentived (it sees the job before the rest of its batch is
-    submitted; the lab never started a job the daemon had not pinned); ``pinned``: the
+    ``at_submit``): first-fit for Slurm alone, the daemon's policy for attentived (a pass
+    or a cycle can fall between the sbatch calls of jobs submitted together; the phases of
+    Slurm's passes and of the daemon's cycles are not modelled, docs/demo.md); ``pinned``: the
     policy only pins nodes, as the daemon does, and Slurm picks the GPU indices there
     (`SlurmPicksGpus`)."""
     from attentived.agents.registry import make_policy

@@ -152,10 +152,10 @@ def test_a_cadence_starts_jobs_at_the_schedulers_passes_only():
             Simulation(jobs, topo, make_policy("fifo"), cadence=bad)
 
 
-def test_slurm_starts_a_job_submitted_onto_an_empty_queue_before_any_pass():
-    """``at_submit``: slurmctld's ``job_allocate`` starts the top-priority job at submission.
+def test_a_job_submitted_onto_an_empty_queue_is_decided_before_any_pass():
+    """``at_submit``: a job that finds the queue empty is decided at once, alone.
     Long x and short y arrive together on 2 GPUs: SJF deciding at the pass starts y first,
-    but x found the queue empty and Slurm started it at once; y, submitted behind it, waits
+    but x found the queue empty and was started at once; y, submitted behind it, waits
     for the pass after x ends; z arrives while y is pending: not at submit, after y."""
     topo = uniform(1, 2)
     jobs = [SimJob(tj("x", 0.3, 5.0, gpus=2), 10.0, "resnet50"), SimJob(tj("y", 0.3, 1.0, gpus=2), 2.0, "resnet50"),
