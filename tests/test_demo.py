@@ -333,6 +333,18 @@ def test_predictions_use_the_same_metrics(workload):
     assert s["placement_slowdown"] >= 1.0
 
 
+def test_slurm_alone_starts_jobs_at_its_passes_and_the_daemon_races_them(workload):
+    """Slurm never starts a batch job at submission (a test-only job_allocate): Slurm
+    alone's replay starts a job that finds the queue empty at the next pass; the daemon's
+    cycle can see it first and pin it, so attentived's replay decides it at once."""
+    from dataclasses import replace
+
+    one = replace(workload, jobs=(replace(workload.jobs[0], submit=0.3),))
+    (alone,) = predict(one, "slurm", TOPO, cadence=1.0)
+    (pinned,) = predict(one, "fifo+consolidate", TOPO, cadence=1.0, pinned=True)
+    assert (alone.start_time, pinned.start_time) == (1.0, 0.3)
+
+
 def test_default_policy():
     from attentived.agents.learned import default_model_path
 

@@ -148,13 +148,13 @@ def predict(workload: Workload, policy: str, topo: Topology | None = None, seed:
             cadence: float = 0.0, pinned: bool = False) -> list[JobRecord]:
     """The simulator's replay of the demo workload under ``policy`` (any registry name, the
     learned ones included; records named like the live jobs); ``cadence``: Slurm's
-    scheduling passes (`Simulation`), and with them the decision on a job that arrives
-    while nothing else is pending, taken at once on that job alone (`Simulation`'s
-    ``at_submit``): first-fit for Slurm alone, the daemon's policy for attentived (a pass
-    or a cycle can fall between the sbatch calls of jobs submitted together; the phases of
-    Slurm's passes and of the daemon's cycles are not modelled, docs/demo.md); ``pinned``: the
-    policy only pins nodes, as the daemon does, and Slurm picks the GPU indices there
-    (`SlurmPicksGpus`)."""
+    scheduling passes (`Simulation`), the only instants Slurm starts a batch job (never at
+    submission). ``pinned``: the policy only pins nodes, as the daemon does, and Slurm
+    picks the GPU indices there (`SlurmPicksGpus`); with passes, a job that arrives while
+    nothing else is pending is decided at once, alone, by the policy (`Simulation`'s
+    ``at_submit``): the daemon's 0.5 s cycles race Slurm's passes and see such a job
+    before the rest of its batch is submitted, sbatch after sbatch (the two clocks'
+    phases are not modelled, docs/demo.md)."""
     from attentived.agents.registry import make_policy
 
     topo = topo or demo_topology()
@@ -163,8 +163,6 @@ def predict(workload: Workload, policy: str, topo: Topology | None = None, seed:
         made = make_policy(name, seed)
         return SlurmPicksGpus(made) if pinned else made
 
-    # Its own instance: a policy's state (the slurm preset's priorities, computed at its
-    # passes) must not see these extra decisions.
-    alone = build(policy) if pinned else make_policy("fifo", seed)
-    return list(Simulation(workload.sim_jobs(), topo, build(policy), cadence=cadence,
-                           at_submit=alone if cadence else None).run().records)
+    # Its own instance: a policy's state must not see these extra decisions.
+    alone = build(policy) if pinned and cadence else None
+    return list(Simulation(workload.sim_jobs(), topo, build(policy), cadence=cadence, at_submit=alone).run().records)
