@@ -9,7 +9,7 @@ avg JCT and avg wait and the error `sim / live - 1`; issue 15's target is within
 seed. A change to the engine, the `slurm` preset or the prediction is judged on the same
 live runs this way, without running the lab again (a demo takes five minutes a seed).
 
-    .venv/bin/python bench/demo_prediction.py bench/results/demo-seeds/seed-*   # the 8 recorded seeds
+    .venv/bin/python bench/demo_prediction.py bench/results/demo-seeds/seed-*   # the 10 recorded seeds
     .venv/bin/python bench/demo_prediction.py --json DIR...                # + bench/results/demo_prediction.json
 
 The workload is rebuilt from the recorded seed, scale and load and checked job by job against
