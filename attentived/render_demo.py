@@ -255,7 +255,8 @@ def write_seeds(summary: dict[str, Any], out: Path) -> Path:
 
 
 def write_outputs(result: DemoResult, out: Path) -> list[Path]:
-    """demo.json, jobs.csv, squeue-<run>.json (Slurm's raw records), attentived.log and PNG plots."""
+    """demo.json, jobs.csv, squeue-<run>.json (Slurm's raw records), slurmctld-<run>.log,
+    attentived.log and PNG plots."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -278,10 +279,10 @@ def write_outputs(result: DemoResult, out: Path) -> list[Path]:
                                  " ".join(topo.gpu_name(g) for g in r.gpus)])
     written.append(path)
     for name, run in result.runs.items():
-        if run.squeue_raw:
-            path = out / f"squeue-{name}.json"
-            path.write_text(run.squeue_raw)
-            written.append(path)
+        for path, text in ((out / f"squeue-{name}.json", run.squeue_raw), (out / f"slurmctld-{name}.log", run.slurmctld_log)):
+            if text:
+                path.write_text(text)
+                written.append(path)
     log = (result.runs.get("attentived") and (result.runs["attentived"].daemon or {}).get("log"))
     if log and Path(log).is_file():
         path = out / "attentived.log"

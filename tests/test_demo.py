@@ -489,7 +489,11 @@ def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
     assert "workload" in kinds and kinds.count("run_done") == 2 and "progress" in kinds
     written = {p.name for p in write_outputs(result, tmp_path / "out")}
     assert {"demo.json", "jobs.csv", "squeue-slurm.json", "squeue-attentived.json", "jct_cdf.png",
-            "timeline.png", "wait_per_user.png", "attentived.log"} <= written
+            "timeline.png", "wait_per_user.png", "attentived.log", "slurmctld-slurm.log", "slurmctld-attentived.log"} <= written
+    # each run's own slurmctld log, which saw every job of that run
+    for name, run in result.runs.items():
+        log = (tmp_path / "out" / f"slurmctld-{name}.log").read_text()
+        assert all(f"JobId={i} " in log for i in run.slurm_ids.values()), name
     doc = json.loads((tmp_path / "out" / "demo.json").read_text())
     assert set(doc["runs"]) == {"slurm", "attentived"} and doc["comparison"]["avg_jct"]["slurm"] > 0
     # Slurm alone as a site with accounting runs it, as its slurmctld reported

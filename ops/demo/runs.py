@@ -67,6 +67,14 @@ def slurm_alone_preset(lab: Any, t0: float) -> str:
     return f"{SLURM_ALONE_PRESET},calc_offset={(started - t0) % 60:.1f}"
 
 
+def _read_text(path: Path) -> str:
+    """``path``'s text, or "" when it cannot be read (a lab without that log)."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def _process_start(pid_file: Path) -> float | None:
     """Unix time at which the process in ``pid_file`` started (/proc: boot time + its start
     in clock ticks); None when it cannot be read."""
@@ -190,6 +198,9 @@ class RunResult:
     wall_seconds: float
     started_at: float
     squeue_raw: str = field(repr=False, default="")
+    #: The run's slurmctld.log: when Slurm's passes ran and what it allocated (the replay
+    #: does not know the passes' phase yet, docs/demo.md)
+    slurmctld_log: str = field(repr=False, default="")
     daemon: dict[str, Any] | None = None
     leftover_reservations: list[str] = field(default_factory=list)
     #: Slurm's scheduling settings in effect, as `scontrol show config` printed them
@@ -497,7 +508,8 @@ class Demo:
             summary=summary_of(m.records, self.topo) if m.records else {},
             predicted_records=predicted, predicted=summary_of(predicted, self.topo),
             states=m.states, slurm_ids=m.slurm_ids, alloc_source=m.alloc_source, job_outputs=outputs,
-            missing=m.missing, wall_seconds=wall, started_at=t0, squeue_raw=raw, daemon=daemon_info,
+            missing=m.missing, wall_seconds=wall, started_at=t0, squeue_raw=raw,
+            slurmctld_log=_read_text(lab.run_dir / "log" / "slurmctld.log"), daemon=daemon_info,
             leftover_reservations=leftovers, slurm_conf=_scheduling_settings(lab),
         )
 
