@@ -158,7 +158,9 @@ def test_sigkill_mid_apply_then_one_cycle_reconciles(clean_lab, tmp_path, crash_
 def test_job_cancelled_between_snapshot_and_apply(clean_lab, tmp_path):
     lab = clean_lab
     busy_cluster(lab)
-    ids = [str(lab.submit(u, g, script="sleep 120")) for u, g in (("alice", 2), ("bob", 1), ("alice", 3))]
+    # every job needs more GPUs than a node has free (one each), so none can start when the
+    # first is cancelled: a 1-GPU job would, at Slurm's next pass, racing the apply
+    ids = [str(lab.submit(u, g, script="sleep 120")) for u, g in (("alice", 2), ("bob", 2), ("alice", 3))]
     eng = runner_for(lab, tmp_path)
     real = eng.backend.snapshot
 
