@@ -667,7 +667,9 @@ def _topology_live(config: Path | None, as_json: bool) -> None:
 
 @app.command()
 def demo(
-    jobs: int = typer.Option(40, "--jobs", help="Jobs in the workload (a window of the bundled Philly trace)."),
+    jobs: int | None = typer.Option(None, "--jobs", help="Jobs in the workload (a window of the bundled Philly trace; default 80)."),
+    load: float | None = typer.Option(None, "--load", help="GPU work offered while the jobs arrive, x the cluster's GPUs (default 2.4: "
+                                                           "a queue builds, so order and placement matter)."),
     users: int = typer.Option(3, "--users", help="Demo users the trace's tenants are mapped onto (1-3: alice, bob, carol)."),
     time_scale: float | None = typer.Option(None, "--time-scale", help="Trace seconds per demo second for job durations (default: picked so each "
                                                                        "run takes about two minutes)."),
@@ -704,8 +706,8 @@ def demo(
         raise _fail("--keep-cluster keeps one demo's cluster: give one seed", 2)
     results = []
     for s in seed_list:
-        options = DemoOptions(jobs=jobs, users=users, time_scale=time_scale, policy=policy, seed=s,
-                              keep_cluster=keep_cluster)
+        given = {k: v for k, v in (("jobs", jobs), ("load", load)) if v is not None}
+        options = DemoOptions(users=users, time_scale=time_scale, policy=policy, seed=s, keep_cluster=keep_cluster, **given)
         try:
             with live_view() as on_event:
                 result = run_demo(options, on_event)

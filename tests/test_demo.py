@@ -110,6 +110,8 @@ def test_workload_users_and_time_scale():
         ({"time_scale": 0.0}, "--time-scale"),
         ({"time_scale": float("nan")}, "--time-scale"),
         ({"seed": -1}, "--seed"),
+        ({"load": 0.0}, "--load"),
+        ({"load": float("inf")}, "--load"),
     ],
 )
 def test_workload_bad_options(kwargs, message):
@@ -379,7 +381,7 @@ def test_cli_rejects_bad_options_before_touching_anything():
     res = CliRunner().invoke(app, ["demo", "--policy", "nope"])
     assert res.exit_code == 2 and "unknown policy" in res.output
     for args, why in ((["--seeds", "1,x"], "'x' is not a whole number"), (["--seeds", "1,2", "--seed", "3"], "not both"),
-                      (["--seeds", "1,2", "--keep-cluster"], "give one seed")):
+                      (["--seeds", "1,2", "--keep-cluster"], "give one seed"), (["--load", "-1"], "--load must be a positive")):
         res = CliRunner().invoke(app, ["demo", *args])
         assert res.exit_code == 2 and why in res.output, res.output
 

@@ -1,6 +1,6 @@
 """``attentived demo --seeds 1,2,3``: several demos, and what they say together.
 
-One demo's difference between Slurm alone and attentived can be noise: a workload of 40
+One demo's difference between Slurm alone and attentived can be noise: a workload of 80
 jobs on 32 GPUs, whole-second records. Run on several seeds (each its own trace window
 and job models), the mean change and its spread say whether the gain is larger than the
 seed-to-seed variation; the simulator's prediction error per run and seed says how far

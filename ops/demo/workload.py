@@ -236,6 +236,8 @@ def build_workload(
         raise ValueError(f"--time-scale must be a positive number (got {time_scale})")
     if seed < 0:
         raise ValueError(f"--seed must be at least 0 (got {seed})")
+    if not (math.isfinite(load) and load > 0):
+        raise ValueError(f"--load must be a positive number (got {load})")
     topo = topology or demo_topology()
     per_node = topo.gpus_per_node
     max_gpus = min(max_gpus, topo.num_gpus)
