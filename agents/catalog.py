@@ -23,6 +23,7 @@ from .order import (
 )
 from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from .policy import JobChooser, Placer
+from .slurm_select import SlurmSelectPlacer
 
 SEARCH_ORDERS: dict[str, tuple[Callable[..., JobChooser], str]] = {
     "genetic": (lambda seed, **params: Genetic(seed=seed, **params),
@@ -51,4 +52,5 @@ PLACERS: dict[str, Callable[[int], Placer]] = {
     "consolidate": lambda seed: Consolidate(),
     "load-balance": lambda seed: LoadBalance(),
     "random": lambda seed: RandomPlacer(seed=seed),
+    "slurm-select": lambda seed: SlurmSelectPlacer(),
 }

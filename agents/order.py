@@ -201,6 +201,14 @@ class SlurmMultifactor:
       billing (``TRESBillingWeights=GRES/gpu=1``). Its decay (PriorityDecayHalfLife, a
       week) is not modelled.
 
+    What usage holds depends on ``AccountingStorageEnforce`` (``usage_at_end``). With
+    ``limits`` in it, slurmctld charges a job's whole run when it ends
+    (``acct_policy_job_fini`` calls ``priority_g_job_end``). Without, only its decay
+    thread charges, at each tick, the jobs running then, for the time since the previous
+    tick (``decay_apply_new_usage`` skips finished jobs): the run after a job's last tick
+    is never charged, and a job shorter than ``calc_period`` may never be. On the lab
+    (``associations`` only) the users running many short jobs got the highest priority.
+
     As in slurmctld, a job's priority is set when it is submitted and recomputed only at
     the calculation ticks, every ``calc_period`` seconds (PriorityCalcPeriod) from
     ``calc_offset``, and usage too is summed only at the ticks: service after the last tick
@@ -219,9 +227,11 @@ class SlurmMultifactor:
     max_age: float = 7 * 86_400.0
     calc_period: float = 300.0
     calc_offset: float = 0.0
+    usage_at_end: bool = True
     _tick: int | None = field(default=None, init=False, repr=False, compare=False)
     _priority: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     _usage: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _tick_time: float = field(default=-math.inf, init=False, repr=False, compare=False)
     #: The running jobs the last call saw: {job id: (user, GPUs, start)}; a job gone since ended
     #: after the tick, and its service past the tick is not in slurmctld's sum yet either.
     _seen_running: dict[str, tuple[str, int, float]] = field(default_factory=dict, init=False, repr=False,
@@ -238,7 +248,8 @@ class SlurmMultifactor:
         k = math.floor((state.now - self.calc_offset) / self.calc_period)  # the tick's index
         if k != self._tick:  # a calculation tick passed: usage summed, every pending job anew
             tick = self.calc_offset + k * self.calc_period
-            self._tick, self._priority, self._usage = k, {}, self.usage_at(state, tick)
+            usage = self.usage_at(state, tick) if self.usage_at_end else self._charged_at_ticks(state, tick)
+            self._tick, self._priority, self._usage = k, {}, usage
         self._seen_running = {r.job_id: (r.user, r.num_gpus, r.start_time) for r in state.running}
         new = np.array([j.job_id not in self._priority for j in state.pending], dtype=bool)
         if new.any():
@@ -277,6 +288,23 @@ class SlurmMultifactor:
         for u in state.queue.users:
             served.setdefault(u, 0.0)
         return {u: max(0.0, v) for u, v in served.items()}
+
+    def _charged_at_ticks(self, state: ClusterState, tick: float) -> dict[str, float]:
+        """Usage without limits enforcement: the last sum plus, for every job running at
+        ``tick`` (started before it; one gone since the last call is taken to have run
+        until now), its GPU-seconds since the previous sum or its start."""
+        last = self._tick_time
+        usage = dict(self._usage)
+        running = {r.job_id for r in state.running}
+        jobs = [(r.user, r.num_gpus, r.start_time) for r in state.running]
+        jobs += [v for job, v in self._seen_running.items() if job not in running]
+        for user, gpus, start in jobs:
+            if start < tick:
+                usage[user] = usage.get(user, 0.0) + gpus * (tick - max(start, last))
+        for u in state.queue.users:
+            usage.setdefault(u, 0.0)
+        self._tick_time = tick
+        return usage
 
     def fairshare_factors(self, users: tuple[str, ...]) -> np.ndarray:
         """Per user of ``users``, the fair-share factor in [0, 1] from the last tick's usage

@@ -35,9 +35,9 @@ PRESETS: dict[str, Preset] = {
     "sjf": Preset("sjf", "first-fit", False, "shortest estimated job first (from time limits), first-fit"),
     "fair-share": Preset("fair-share", "first-fit", False, "least-served user first, first-fit"),
     "tiresias": Preset("tiresias", "consolidate", False, "Tiresias-style discretized LAS, consolidated placement"),
-    "slurm": Preset("slurm-multifactor", "first-fit", True,
+    "slurm": Preset("slurm-multifactor", "slurm-select", True,
                     "emulated Slurm site: fair-share+age+size multifactor, Slurm's backfill (every job it tests "
-                    "reserves), first-fit"),
+                    "reserves), first-fit nodes with Slurm's socket and GPU choice"),
     "fifo+consolidate": Preset("fifo", "consolidate", False, "FIFO with topology-aware best-fit placement"),
     "sjf+consolidate": Preset("sjf", "consolidate", False, "SJF with topology-aware best-fit placement"),
     "fair-share+consolidate": Preset("fair-share", "consolidate", False, "fair-share with topology-aware placement"),
@@ -96,12 +96,21 @@ def _non_negative(text: str) -> float:
     return v
 
 
+def _flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(text)
+    return text == "1"
+
+
 #: The Slurm emulation's site settings (slurm.conf's names in the summaries).
 SLURM_PARAMETERS: dict[str, Parameter] = {
     "calc_period": Parameter("calc_period", "seconds between slurmctld's fair-share usage sums (PriorityCalcPeriod)",
                              "a number of seconds > 0", _positive, "300"),
     "calc_offset": Parameter("calc_offset", "seconds after the replay's start of a calculation tick (slurmctld's "
                              "start, modulo calc_period)", "a number of seconds >= 0", _non_negative, "0"),
+    "usage_at_end": Parameter("usage_at_end", "1: a job's whole run counts toward fair-share when it ends "
+                              "(AccountingStorageEnforce with limits); 0: only the time it ran at a calculation tick, "
+                              "as slurmctld 22.05 charges without limits", "0 or 1", _flag, "1"),
     "weight_fairshare": Parameter("weight_fairshare", "PriorityWeightFairshare (0: a site without slurmdbd)",
                                   "a number >= 0", _non_negative, "10000"),
 }

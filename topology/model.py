@@ -128,6 +128,19 @@ class Node:
             out.append(tuple(sorted(comp)))
         return tuple(out)
 
+    @cached_property
+    def sockets(self) -> tuple[tuple[int, ...], ...]:
+        """CPU sockets: local GPUs joined by anything but a socket-crossing link (``SOCKET``),
+        lowest first; one socket when no link crosses. Slurm binds a job's cores to one."""
+        out: list[tuple[int, ...]] = []
+        seen: set[int] = set()
+        for g in range(self.num_gpus):
+            if g not in seen:
+                group = tuple(h for h in range(self.num_gpus) if h == g or self.links[g][h] != Link.SOCKET)
+                seen.update(group)
+                out.append(group)
+        return tuple(out)
+
     @classmethod
     def from_groups(
         cls,
@@ -222,6 +235,12 @@ class Topology:
                 out[[base + g for g in isl]] = k
                 k += 1
         return _frozen(out)
+
+    @cached_property
+    def knows_cpus(self) -> bool:
+        """Whether any node has a CPU count (Slurm's choice of GPUs then depends on which
+        socket's cores are free, `agents.slurm_select`)."""
+        return any(n.cpus for n in self.nodes)
 
     @cached_property
     def num_islands(self) -> int:

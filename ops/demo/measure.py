@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from attentived.agents.slurm_select import SlurmSelect
 from attentived.simulator.engine import JobRecord, Simulation
 from attentived.simulator.metrics import summarize, user_mean_waits
 from attentived.simulator.slurm_gpus import SlurmPicksGpus
@@ -158,10 +159,11 @@ def predict(workload: Workload, policy: str, topo: Topology | None = None, seed:
     from attentived.agents.registry import make_policy
 
     topo = topo or demo_topology()
+    select = SlurmSelect()  # the cores every start holds, whichever wrapper started it
 
     def build(name: str) -> Any:
         made = make_policy(name, seed)
-        return SlurmPicksGpus(made) if pinned else made
+        return SlurmPicksGpus(made, select) if pinned else made
 
     # Its own instance: a policy's state must not see these extra decisions.
     alone = build(policy) if pinned and cadence else None

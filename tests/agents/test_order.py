@@ -138,6 +138,29 @@ def test_slurm_usage_leaves_out_what_ended_after_the_tick(lab):
     assert ids(s, m.rank(s)) == ["c", "a"]
 
 
+def test_without_limits_enforcement_only_the_runs_at_ticks_are_charged(lab):
+    # the lab (AccountingStorageEnforce=associations, 80-job demo seed 13): at the tick of
+    # 1080 alice's many short jobs had ended (200 GPU-s, none running then) and bob had a
+    # 4-GPU job running since 1070. slurmctld charged bob 40 and alice nothing, so alice's
+    # jobs went first; with limits enforced her 200 count and bob's go first.
+    pending = [job("b", user="bob", submit=1), job("a", user="alice", submit=2)]
+    running = [RunningJob("r", "bob", (0, 1, 2, 3), 0.0, 1070.0, 3600.0)]
+    users = {"alice": UserStats(jobs=20, gpu_seconds=200.0)}
+    early = make_state(lab, pending, users={}, now=1010.0)  # before the tick: nothing ran yet
+    s = make_state(lab, pending, running=running, users=users, now=1085.0)
+    lab_site = SlurmMultifactor(calc_period=60, usage_at_end=False)
+    lab_site.rank(early)
+    assert ids(s, lab_site.rank(s)) == ["a", "b"]
+    assert lab_site._usage == {"alice": 0.0, "bob": 40.0}
+    site = SlurmMultifactor(calc_period=60)
+    site.rank(early)
+    assert ids(s, site.rank(s)) == ["b", "a"]
+    # the next tick charges bob's job for the 60 s since the last one, not again from its start
+    later = make_state(lab, pending, running=running, users=users, now=1141.0)
+    lab_site.rank(later)
+    assert lab_site._usage["bob"] == 40.0 + 4 * 60
+
+
 def test_slurm_ticks_are_counted_not_compared_as_times(lab):
     # a fractional phase: times in one period must give one tick (a float tick time did not)
     m = SlurmMultifactor(calc_period=60, calc_offset=12.3)

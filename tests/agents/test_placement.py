@@ -5,11 +5,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attentived.agents.placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
+from attentived.agents.slurm_select import SlurmSelectPlacer
 from attentived.topology import uniform
 
 from .conftest import job, make_state, split_cases, tight
 
-PLACERS = [FirstFit(), Consolidate(), LoadBalance(), RandomPlacer(seed=3)]
+PLACERS = [FirstFit(), Consolidate(), LoadBalance(), RandomPlacer(seed=3), SlurmSelectPlacer()]
 
 
 def test_consolidate_keeps_small_jobs_inside_one_island(lab):
