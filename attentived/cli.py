@@ -705,9 +705,10 @@ def demo(
     if keep_cluster and len(seed_list) > 1:
         raise _fail("--keep-cluster keeps one demo's cluster: give one seed", 2)
     results = []
+    defaults = DemoOptions()
     for s in seed_list:
-        given = {k: v for k, v in (("jobs", jobs), ("load", load)) if v is not None}
-        options = DemoOptions(users=users, time_scale=time_scale, policy=policy, seed=s, keep_cluster=keep_cluster, **given)
+        options = DemoOptions(jobs=defaults.jobs if jobs is None else jobs, load=defaults.load if load is None else load,
+                              users=users, time_scale=time_scale, policy=policy, seed=s, keep_cluster=keep_cluster)
         try:
             with live_view() as on_event:
                 result = run_demo(options, on_event)

@@ -67,6 +67,8 @@ def replay(folder: Path, model: Path | None) -> dict:
             policy = _with_model(policy, model)
         if name == "slurm" and "bf_resolution" not in policy:  # recorded before the preset ran Slurm's backfill
             policy = policy.replace("slurm:", "slurm:bf_resolution=1,", 1)
+        if name == "slurm" and "usage_at_end" not in policy:  # the lab never enforced limits: recorded before it was modelled
+            policy += ",usage_at_end=0"
         records = predict(workload, policy, topo, w["seed"], SCHED_PASS, pinned=name == "attentived")
         sim = summary_of(records, topo)
         out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],

@@ -52,19 +52,34 @@ SLURM_ALONE_WEIGHTS = {"PriorityWeightFairshare": "10000", "PriorityWeightAge": 
                        "PriorityMaxAge": "7-0", "PriorityDecayHalfLife": "7-0", "PriorityCalcPeriod": "1"}
 SLURM_ALONE_CONF = "\n".join(f"{k}={v}" for k, v in SLURM_ALONE_WEIGHTS.items())
 #: The simulator preset that stands for Slurm alone in the prediction: usage summed each
-#: minute, the backfill on the one-second grid of DEMO_SCHED_PARAMS.
-SLURM_ALONE_PRESET = "slurm:bf_resolution=1,calc_period=60"
+#: minute, charged only for the jobs running at those minutes (the lab's
+#: AccountingStorageEnforce=associations has no ``limits``, `SlurmMultifactor`), the
+#: backfill on the one-second grid of DEMO_SCHED_PARAMS.
+SLURM_ALONE_PRESET = "slurm:bf_resolution=1,calc_period=60,usage_at_end=0"
 
 
 def slurm_alone_preset(lab: Any, t0: float) -> str:
-    """``SLURM_ALONE_PRESET`` with its ticks where the run's slurmctld had them: slurmctld
-    recomputes priorities and usage at its start and every PriorityCalcPeriod after, so the
-    phase is its process's start time relative to the run's start ``t0`` (sdiag's "Data
-    since" would not do: it is reset at midnight UTC)."""
-    started = _process_start(lab.run_dir / "pid" / "slurmctld.pid")
-    if started is None:
+    """``SLURM_ALONE_PRESET`` with its ticks where the run's slurmctld had them, relative to
+    the run's start ``t0``. Its decay thread sums usage and recomputes priorities every
+    PriorityCalcPeriod and writes ``priority_last_decay_ran`` into the state directory each
+    time, so that file's modification time is the last tick to the millisecond. Without it,
+    the process's start: /proc counts it from a boot time in whole seconds, and the thread
+    starts later still (on the lab 0.5-1 s: enough to charge a job that ended in between).
+    sdiag's "Data since" would not do: it is reset at midnight UTC."""
+    tick = _modified(lab.run_dir / "state" / "priority_last_decay_ran")
+    if tick is None:
+        tick = _process_start(lab.run_dir / "pid" / "slurmctld.pid")
+    if tick is None:
         return SLURM_ALONE_PRESET
-    return f"{SLURM_ALONE_PRESET},calc_offset={(started - t0) % 60:.1f}"
+    return f"{SLURM_ALONE_PRESET},calc_offset={(tick - t0) % 60:.1f}"
+
+
+def _modified(path: Path) -> float | None:
+    """``path``'s modification time, or None when it is not there."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _read_text(path: Path) -> str:

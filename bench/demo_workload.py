@@ -1,0 +1,99 @@
+"""Which demo workload can show a difference: the replay's attentived against Slurm alone.
+
+A live demo that gains less than its seed-to-seed spread shows nothing (issue 15). Running the
+lab for every candidate workload would take hours; the replay predicts both runs' avg JCT
+within 10% of the live lab (docs/demo.md), so this compares candidate workloads there: for
+each number of jobs and offered load, over the seeds, the predicted avg JCT of each policy
+pinned as the daemon pins it, against fair-share Slurm alone (`SLURM_ALONE_PRESET`), exactly
+as `attentived demo` predicts both runs before it starts them. ``sjf-oracle+consolidate+backfill``
+(SJF on the true durations, which no live scheduler has) bounds what ordering and packing
+can gain on a workload.
+
+    .venv/bin/python bench/demo_workload.py              # 3 x 3 workloads, seeds 1-12 (about 5 minutes)
+    .venv/bin/python bench/demo_workload.py --json       # + bench/results/demo_workload.json
+
+Prints, per workload and policy, the mean and standard deviation over seeds of ``policy /
+Slurm alone - 1`` (avg JCT) and on how many seeds it was lower; the last stdout line is the
+JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "bench" / "results" / "demo_workload.json"
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def _ints(text: str) -> list[int]:
+    if "-" in text and "," not in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def changes(jobs: int, load: float, seeds: list[int], policies: list[str]) -> dict[str, list[float]]:
+    """Per policy, the predicted avg-JCT change against Slurm alone on each seed's workload."""
+    from attentived.ops.demo.measure import predict, summary_of
+    from attentived.ops.demo.runs import SCHED_PASS, SLURM_ALONE_PRESET, DemoOptions
+    from attentived.ops.demo.workload import build_workload, demo_topology
+
+    topo, defaults = demo_topology(), DemoOptions()
+    out: dict[str, list[float]] = {p: [] for p in policies}
+    for seed in seeds:
+        workload = build_workload(jobs, defaults.users, None, seed, target_span=defaults.target_span,
+                                  max_duration=defaults.max_duration, load=load, topology=topo)
+        alone = summary_of(predict(workload, SLURM_ALONE_PRESET, topo, seed, SCHED_PASS), topo)["avg_jct"]
+        for p in policies:
+            pinned = summary_of(predict(workload, p, topo, seed, SCHED_PASS, pinned=True), topo)["avg_jct"]
+            out[p].append(pinned / alone - 1.0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=_ints, default=[40, 60, 80], help="numbers of jobs, comma-separated (default 40,60,80)")
+    ap.add_argument("--loads", type=_floats, default=[1.6, 2.4, 3.2], help="offered loads (default 1.6,2.4,3.2)")
+    ap.add_argument("--seeds", type=_ints, default=list(range(1, 13)), help="seeds, e.g. 1-12 or 1,5,9 (default 1-12)")
+    ap.add_argument("--policy", action="append", dest="policies",
+                    help="policy pinned as the daemon pins it (repeatable; default attentive and sjf-oracle+consolidate+backfill)")
+    ap.add_argument("--json", action="store_true", help=f"also write {RESULT.relative_to(ROOT)}")
+    a = ap.parse_args()
+    policies = a.policies or ["attentive", "sjf-oracle+consolidate+backfill"]
+    if len(set(policies)) != len(policies):
+        ap.error("a policy is given twice")
+    if len(a.seeds) < 2:
+        ap.error("give at least two seeds: the spread is the point")
+    t0 = time.monotonic()
+    rows = []
+    print(f"{'jobs':>4} {'load':>5} {'policy':34} {'avg JCT vs Slurm alone':>24} {'lower on':>9}")
+    for jobs in a.jobs:
+        for load in a.loads:
+            for p, ch in changes(jobs, load, a.seeds, policies).items():
+                mean, std = statistics.fmean(ch), statistics.stdev(ch)
+                lower = sum(c < 0 for c in ch)
+                rows.append({"jobs": jobs, "load": load, "policy": p, "mean": mean, "std": std,
+                             "lower_on": lower, "changes": ch})
+                print(f"{jobs:>4} {load:>5.1f} {p:34} {100 * mean:+9.1f} ± {100 * std:4.1f}%{'':8} "
+                      f"{lower:>3}/{len(ch)}", flush=True)
+    doc = {"benchmark": "demo_workload", "command": "python bench/demo_workload.py --json", "seeds": a.seeds,
+           "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": round(time.monotonic() - t0, 1),
+           "rows": rows}
+    if a.json:
+        RESULT.parent.mkdir(parents=True, exist_ok=True)
+        RESULT.write_text(json.dumps(doc, indent=1))
+    print(json.dumps(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
