@@ -3,8 +3,9 @@
 What the daemon wants from Slurm (``Desired``), from one ``Plan``:
 
 - **Priorities.** Managed pending jobs get distinct priorities, descending in this order:
-  the jobs the plan starts now (in plan order), then held jobs, then the rest (in plan
-  order). Under ``sched/builtin`` + ``priority/multifactor`` Slurm then starts exactly the
+  the jobs the plan starts now (the most GPUs first, `start_order`: Slurm starts them in
+  that order and the first ones' cores decide which socket the next ones' GPUs come
+  from), then held jobs, then the rest (in plan order). Under ``sched/builtin`` + ``priority/multifactor`` Slurm then starts exactly the
   planned jobs, in the plan's order. Existing priorities that already respect the order are
   kept (the longest such subsequence); only the others are given new values between their
   kept neighbours, so an unchanged plan issues no update and a new job costs one.
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attentived.agents.plan import Plan
+from attentived.agents.slurm_select import start_order
 from attentived.topology import hostlist
 
 from .backend import Backend
@@ -124,7 +126,7 @@ def desired_state(plan: Plan, built: Built, settings: Settings) -> Desired:
     known = [j for j in plan.order if j in managed]
     known_set = set(known)  # a set, once: managed queues run to 10,000s of jobs
     missing = [j for j in managed if j not in known_set]
-    started = [s.job_id for s in plan.starts if s.job_id in managed]
+    started = [s.job_id for s in start_order(plan.starts) if s.job_id in managed]
     started_set = set(started)
     held = [h.job_id for h in plan.holds if h.job_id in managed and h.job_id not in started_set]
     first = started_set | set(held)

@@ -16,7 +16,7 @@ from collections import Counter
 
 from attentived.agents.plan import Plan, Start
 from attentived.agents.policy import Policy
-from attentived.agents.slurm_select import SlurmSelect
+from attentived.agents.slurm_select import SlurmSelect, start_order
 from attentived.agents.state import ClusterState
 
 __all__ = ["SlurmPicksGpus"]
@@ -39,7 +39,7 @@ class SlurmPicksGpus:
         free = state.free.copy()
         cpus = {j.job_id: j.cpus for j in state.pending}
         starts = []
-        for s in plan.starts:
+        for s in start_order(plan.starts):  # the daemon's priorities: Slurm's start order
             nodes = sorted(Counter(int(topo.gpu_node[g]) for g in s.gpus).items())
             gpus = self.select.gpus(s.job_id, cpus.get(s.job_id, 0), nodes, free, state)
             free[list(gpus)] = False

@@ -118,6 +118,18 @@ def test_hold_is_a_pin_and_priorities_follow_the_plan():
     assert again == []  # no churn
 
 
+def test_a_passes_starts_go_to_slurm_largest_first():
+    # Slurm starts them in priority order and the first one's core decides which socket the
+    # next one's GPUs come from: on the lab a 1-GPU job given the higher priority split the
+    # 4-GPU job planned beside it over both NVLink islands
+    fake = cluster([pending("1", "alice", 1), pending("2", "bob", 4, t=1)], run=[])
+    plan = Plan(order=("1", "2"), starts=(Start("1", (9,)), Start("2", (12, 13, 14, 15))))
+    _plan, desired, actions = cycle(fake, plan=plan)
+    assert desired.order[:2] == ["2", "1"]
+    apply(fake, actions)
+    assert prio(fake, "2") > prio(fake, "1")
+
+
 def test_attach_mode_hold_becomes_a_reservation():
     fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
     _plan, desired, actions = cycle(fake, settings=ATTACH)
