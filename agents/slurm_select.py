@@ -77,6 +77,14 @@ class SlurmSelect:
         self._placed_at[job_id] = state.now
         return tuple(sorted(out))
 
+    def hold(self, job_id: str, sockets: Sequence[tuple[int, int, int]], now: float) -> None:
+        """Record that running ``job_id`` holds ``(node, socket, cores)`` on each of its
+        nodes: for a driver that reads the allocation from Slurm (``squeue --json`` has each
+        job's sockets and cores) instead of placing the job itself."""
+        self._held[job_id] = tuple(sockets)
+        self._placed_at[job_id] = now
+        self._busy_now = None
+
     def _pick(self, topo: Topology, node: int, count: int, free: np.ndarray,
               busy: dict[int, int]) -> tuple[int, list[int]]:
         base = int(topo.node_first_gpu[node])

@@ -320,9 +320,10 @@ class _Submitter(threading.Thread):
         return len(self.submitted) == len(self.workload.jobs)
 
 
-#: `scontrol show config` keys that say how Slurm orders and places jobs (and every Priority*)
+#: `scontrol show config` keys that say how Slurm orders and places jobs (and every Priority*;
+#: AccountingStorageEnforce decides when fair-share charges a job, `SlurmMultifactor`)
 SCHEDULING_KEYS = ("SchedulerType", "SchedulerParameters", "SelectType", "SelectTypeParameters",
-                   "AccountingStorageType", "AccountingStorageTRES")
+                   "AccountingStorageType", "AccountingStorageTRES", "AccountingStorageEnforce")
 
 
 def _scheduling_settings(lab: Any) -> dict[str, str]:

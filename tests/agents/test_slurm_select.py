@@ -95,3 +95,15 @@ def test_the_slurm_preset_places_with_slurms_socket_choice(lab_cpus):
     s = make_state(lab_cpus, pending=[job("four", 4, cpus=1)], running=held + busy_elsewhere)
     (start,) = policy.decide(s).starts
     assert start.gpus == (12, 13, 14, 15)
+
+
+def test_a_running_jobs_recorded_socket_counts_as_held(lab_cpus):
+    # a driver that read the allocation from Slurm: x holds a core on node2's socket 1 with
+    # its GPU on socket 0 (as when socket 0 had no free core); the next job's core goes to
+    # socket 0, which now has more free cores
+    select = SlurmSelect()
+    x = RunningJob("x", "u", (8,), 0.0, 0.0, 600.0, cpus=1)
+    select.hold("x", [(1, 1, 1)], now=0.0)
+    s = make_state(lab_cpus, running=[x], now=1.0)
+    assert select.gpus("j", 1, [(1, 1)], s.free, s) == (9,)
+    assert select._held["j"] == ((1, 0, 1),)
