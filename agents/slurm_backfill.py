@@ -14,8 +14,12 @@ On the lab, predicting Slurm alone with EASY backfill gave it shorter waits than
 recorded on most demo seeds (docs/demo.md): lower jobs went past blocked ones that Slurm
 kept waiting behind their reservations.
 
-The reservations count GPUs per node (Slurm reserves nodes, not GPU indices); nodes are
-taken first-fit, lowest index first, as the lab's ``select/cons_tres`` did. A job that
+A reservation takes its nodes whole for its window, as slurmctld's backfill map does
+(``_add_reservation`` clears the job's nodes from ``node_space``): a job that would still
+run when a higher one's reservation begins may not use that reservation's nodes, even
+their GPUs the reserved job leaves free (on the lab, counting only the reserved GPUs
+backfilled 1-GPU jobs that Slurm kept waiting). Jobs that start now take their GPUs only,
+as running jobs share nodes. Nodes are taken first-fit, lowest index first. A job that
 starts now is placed by the placer among the GPUs no reservation needs while it runs.
 """
 
@@ -150,13 +154,18 @@ class _Timeline:
         return None
 
     def book(self, row: int, limit: float, take: np.ndarray) -> None:
-        """Take ``take`` GPUs per node from ``times[row]`` for ``limit`` seconds."""
+        """Take ``take`` GPUs per node from ``times[row]`` for ``limit`` seconds; a
+        reservation (a later row) takes its nodes whole, as slurmctld's node_space does."""
         end = self._until(self.times[row], limit)
         at = bisect.bisect_left(self.times, end)
         if math.isfinite(end) and (at == len(self.times) or self.times[at] != end):
             self.times.insert(at, end)
             self.free = np.insert(self.free, at, self.free[at - 1], axis=0)
-        self.free[row:at] -= take
+        if row == 0:
+            self.free[row:at] -= take
+        else:
+            nodes = np.flatnonzero(take)
+            self.free[row:at, nodes] = np.minimum(self.free[row:at, nodes] - take[nodes], 0)
 
     def unreserved(self, free: np.ndarray, limit: float) -> np.ndarray:
         """``free`` less the GPUs the reservations need during the next ``limit`` seconds:

@@ -52,6 +52,21 @@ def test_a_job_that_would_delay_the_second_blocked_job_waits():
     assert "D" not in slurm and slurm["E"] == (5,)
 
 
+def test_a_reservation_takes_its_nodes_whole():
+    # 2 nodes x 8 GPUs: node0 has 6 GPUs busy until 100, node1 is busy until 5000. A (4 GPUs)
+    # is reserved node0 from 100. slurmctld's backfill map (node_space) takes a reserved
+    # job's nodes whole: B (1 GPU, an hour) would overlap the reservation, so it may not
+    # use node0's 2 free GPUs, though 4 would be left beside A; C (50 s) ends before it.
+    # On the lab, counting only the reserved GPUs had 1-GPU jobs backfilled that Slurm kept
+    # waiting (80-job demo, seed 15: Slurm alone's avg wait predicted 13% short).
+    topo = uniform(2, 8)
+    running = [RunningJob("r0", "x", tuple(range(6)), 0.0, -10.0, 110.0),
+               RunningJob("r1", "x", tuple(range(8, 16)), 0.0, -10.0, 5010.0)]
+    pending = [job("A", 4, submit=0), job("B", 1, submit=1, limit=3600.0), job("C", 1, submit=2, limit=50.0)]
+    got = starts(slurm_backfill(), make_state(topo, pending, running=running, now=0.0))
+    assert set(got) == {"C"}
+
+
 def test_no_reservation_beyond_the_window():
     """With a 60 s window A (50 s away) is reserved and B (80 s away) is not, so D may take
     node2 now; tested two jobs deep, D is not even considered."""
