@@ -504,7 +504,9 @@ def test_short_demo_on_the_lab(slurm_installed_or_skip, tmp_path):
         "sched/backfill", "priority/multifactor", "accounting_storage/slurmdbd")
     assert (alone["PriorityWeightFairShare"], alone["PriorityWeightAge"], alone["PriorityWeightJobSize"]) == (
         "10000", "1000", "1000")
-    assert doc["runs"]["slurm"]["predicted_by"].startswith("slurm:bf_resolution=1,calc_period=60,calc_offset=")
+    # its replay charges fair-share as a Slurm without limits enforcement does, with its ticks
+    assert "limits" not in alone["AccountingStorageEnforce"]
+    assert doc["runs"]["slurm"]["predicted_by"].startswith("slurm:bf_resolution=1,calc_period=60,usage_at_end=0,calc_offset=")
     assert doc["model"] == model_identity(result.policy)  # the model a saved demo is predicted with again
     from rich.console import Console
 
