@@ -671,8 +671,9 @@ def demo(
     load: float | None = typer.Option(None, "--load", help="GPU work offered while the jobs arrive, x the cluster's GPUs (default 2.4: "
                                                            "a queue builds, so order and placement matter)."),
     users: int = typer.Option(3, "--users", help="Demo users the trace's tenants are mapped onto (1-3: alice, bob, carol)."),
-    time_scale: float | None = typer.Option(None, "--time-scale", help="Trace seconds per demo second for job durations (default: picked so each "
-                                                                       "run takes about two minutes)."),
+    time_scale: float | None = typer.Option(None, "--time-scale", help="Trace seconds per demo second for job durations (default: picked so the "
+                                                                       "jobs arrive over about 50 s at the offered load; a run then "
+                                                                       "takes about 4 minutes)."),
     policy: str | None = typer.Option(None, "--policy", help="attentived's policy (default: attentive when its shipped model is there, else "
                                                              "fifo+consolidate)."),
     seed: int | None = typer.Option(None, "--seed", help="Picks the trace window and the jobs' models (default 0)."),
