@@ -65,7 +65,7 @@ def check(folder: Path, run: str, lowest: bool) -> dict[str, int]:
             got, socket = tuple(int(g) + lo for g in np.flatnonzero(free[lo:lo + 8])[: r["gpus"]]), None
         else:
             got = select.gpus(name, 1, [(node, r["gpus"])], free, state)
-            socket = select._held[name][0][1]
+            socket = select.held(name)[0][1]
         ok = tuple(sorted(got)) == tuple(sorted(r["gpu_ids"])) and (socket is None or socket == sockets[name][0][1])
         key = "ambiguous" if ambiguous else "starts"
         out[key] += 1

@@ -53,7 +53,7 @@ def test_a_socket_without_a_free_gpu_gets_no_core(lab_cpus):
     held = [RunningJob("x0", "x", (0, 1, 2, 3), 0.0, 0.0, 600.0, cpus=1), RunningJob("x1", "x", (5,), 0.0, 0.0, 600.0, cpus=1)]
     s = make_state(lab_cpus, running=held, now=5.0)
     assert select.gpus("j", 1, [(0, 1)], s.free, s) == (4,)
-    assert select._held["j"] == ((0, 1, 1),)
+    assert select.held("j") == ((0, 1, 1),)
 
 
 def test_equal_cores_split_a_job_from_the_lower_socket(lab_cpus):
@@ -75,7 +75,7 @@ def test_finished_jobs_give_their_cores_back(lab_cpus):
     b = RunningJob("b", "x", (12,), 0.0, 1.0, 600.0, cpus=1)
     s = make_state(lab_cpus, running=[b], now=2.0)
     assert select.gpus("c", 1, [(1, 1)], s.free, s) == (8,)
-    assert "a" not in select._held
+    assert select.held("a") == ()
 
 
 def test_without_cpu_counts_the_gpus_are_the_lowest_free():
@@ -106,4 +106,4 @@ def test_a_running_jobs_recorded_socket_counts_as_held(lab_cpus):
     select.hold("x", [(1, 1, 1)], now=0.0)
     s = make_state(lab_cpus, running=[x], now=1.0)
     assert select.gpus("j", 1, [(1, 1)], s.free, s) == (9,)
-    assert select._held["j"] == ((1, 0, 1),)
+    assert select.held("j") == ((1, 0, 1),)
