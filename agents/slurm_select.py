@@ -7,9 +7,9 @@ gres_select_filter.c``). Which socket the cores land on was read off the lab's o
 (``squeue --json`` keeps every job's socket and core; 80-job demos, both runs): among the
 sockets with a free GPU, the one with the most free cores, the lower on ties. On the
 unambiguous starts (no other job starting or ending on that node within a second) this
-gives the recorded GPUs and socket every time (113 of 113 over eight runs,
+gives the recorded GPUs and socket on 155 of 156 (both runs of eleven 80-job demos,
 ``bench/slurm_select_check.py``); the lowest free indices, which the simulator used
-before, 104, splitting 4-GPU jobs over both NVLink islands where Slurm kept them in one.
+before, on 144, splitting 4-GPU jobs over both NVLink islands where Slurm kept them in one.
 
 Cores are what makes the choice depend on history: a 2-GPU job holds one core, so a
 socket can have free cores and no free GPU, and a job's core can sit on the other socket
