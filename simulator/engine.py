@@ -55,6 +55,27 @@ _COMPLETION, _ARRIVAL, _PASS = 0, 1, 2  # at one instant, free GPUs before new j
 UNKNOWN_CAPACITY = 1 << 40
 
 
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """Another process carries the decisions out at its own passes, at ``phase + k *
+    every``: a plan decided at ``t`` starts its jobs at the first pass at or after ``t +
+    delay``, and they hold their GPUs from ``t`` on. The demo's daemon re-plans at every
+    cycle and slurmctld starts the last plan that reached it before a pass (its
+    background thread's tick, once a second at a phase of its own): the daemon decides
+    for a pass ``delay`` before it (docs/demo.md, "The two clocks")."""
+
+    every: float
+    phase: float = 0.0
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.every < math.inf and 0 <= self.delay < math.inf and math.isfinite(self.phase)):
+            raise ValueError(f"relay: passes every > 0 s, a delay >= 0 s and a finite phase, got {self}")
+
+    def start_of(self, decided: float) -> float:
+        return math.ceil((decided + self.delay - self.phase) / self.every - 1e-9) * self.every + self.phase
+
+
 class PolicyError(RuntimeError):
     """The policy returned a plan that cannot be carried out (a bug in the policy)."""
 
@@ -160,8 +181,12 @@ class Simulation:
     called with the number of finished jobs after each completion batch.
 
     ``cadence`` (seconds, 0: off) makes decisions wait for the scheduler's next pass on a
-    grid of that period, as a live Slurm starts jobs at its scheduling passes
-    (``sched_interval``) rather than the instant resources free up.
+    grid of that period (at ``phase + k * cadence``), as a live Slurm starts jobs at its
+    scheduling passes (``sched_interval``) rather than the instant resources free up.
+
+    ``relay`` (`Relay`, or ``None``: starts happen when decided) delays the starts of each
+    plan to another scheduler's next pass: decisions on a grid ``delay`` ahead of the
+    relay's passes (the same ``cadence``, ``phase - delay``) are started at those passes.
 
     ``at_submit`` (a policy, or ``None``: off) decides at once, on a state holding that job
     alone, on a job that arrives while no other job is pending, instead of at the next
@@ -182,11 +207,17 @@ class Simulation:
         speed: SpeedModel | None = None,
         progress: Callable[[int], None] | None = None,
         cadence: float = 0.0,
+        phase: float = 0.0,
         at_submit: Policy | None = None,
+        relay: Relay | None = None,
     ) -> None:
         if not 0 <= cadence < math.inf:
             raise ValueError(f"cadence must be a number of seconds >= 0, got {cadence!r}")
+        if not math.isfinite(phase):
+            raise ValueError(f"phase must be a finite number of seconds, got {phase!r}")
         self.at_submit = at_submit
+        self.relay = relay
+        self.phase = phase
         bad = next((s.job for s in jobs if s.job.num_nodes is not None
                     and not (s.job.num_nodes >= 1 and s.job.num_gpus % s.job.num_nodes == 0)), None)
         if bad is not None:
@@ -284,7 +315,7 @@ class Simulation:
                 self.progress(len(self._records))
             if self._pending and np.count_nonzero(self._free) >= min(self._sizes):
                 if self.cadence:
-                    next_pass = math.ceil(self.now / self.cadence - 1e-9) * self.cadence
+                    next_pass = math.ceil((self.now - self.phase) / self.cadence - 1e-9) * self.cadence + self.phase
                     if next_pass > self.now:
                         if next_pass != self._pass_at:
                             self._pass_at = next_pass
@@ -329,6 +360,7 @@ class Simulation:
     def apply(self, plan: Plan) -> None:
         """Start the plan's jobs (after checking it) and schedule their completions."""
         starts = self._checked_starts(plan)
+        begin = self.now if self.relay is None else self.relay.start_of(self.now)
         for job_id, gpus in starts:
             pj = self._pending.pop(job_id)
             row = self._row[job_id]
@@ -340,14 +372,14 @@ class Simulation:
             self._free[list(gpus)] = False
             s = self._by_id[job_id]
             if self._res is None:
-                run = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit)
+                run = RunningJob(job_id, pj.user, gpus, pj.submit_time, begin, pj.time_limit)
             else:
                 held = self._res.start(job_id, self._free)
-                run = RunningJob(job_id, pj.user, gpus, pj.submit_time, self.now, pj.time_limit, held.cpus, held.mem,
+                run = RunningJob(job_id, pj.user, gpus, pj.submit_time, begin, pj.time_limit, held.cpus, held.mem,
                                  pj.exclusive)
             self._running[job_id] = run
             bisect.insort(self._by_end, run, key=BY_RELEASE)
-            end = self.now + self.speed.runtime(s.model, s.job.duration, gpus)
+            end = begin + self.speed.runtime(s.model, s.job.duration, gpus)
             heapq.heappush(self._events, (end, _COMPLETION, next(self._counter), job_id))
         if self._pending and not self._running and not self._events:
             raise SimulationStalled(

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attentived.agents.registry import ALL, make_policy
-from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
+from attentived.simulator.engine import Relay, SimJob, Simulation, prepare_jobs
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import TraceJob
 from attentived.topology import uniform
@@ -150,6 +150,31 @@ def test_a_cadence_starts_jobs_at_the_schedulers_passes_only():
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="cadence"):
             Simulation(jobs, topo, make_policy("fifo"), cadence=bad)
+
+
+def test_the_passes_fall_at_their_phase():
+    topo = uniform(1, 2)
+    jobs = [SimJob(tj("a", 0.3, 5.0, gpus=2), 10.0, "resnet50"), SimJob(tj("b", 0.4, 2.0, gpus=2), 10.0, "resnet50")]
+    paced = Simulation(jobs, topo, make_policy("fifo"), cadence=1.0, phase=0.25).run().records
+    assert [r.start_time for r in sorted(paced, key=lambda r: r.job_id)] == pytest.approx([1.25, 6.25])
+    with pytest.raises(ValueError, match="phase"):
+        Simulation(jobs, topo, make_policy("fifo"), cadence=1.0, phase=float("nan"))
+
+
+def test_a_relay_starts_the_decided_jobs_at_its_next_pass_and_holds_their_gpus_meanwhile():
+    """A daemon deciding every 0.5 s whose updates Slurm carries out at its passes (0.7,
+    1.7, ...) 0.1 s after the decision: a decided at 0.5 starts at 0.7; b, decided at 0.5
+    too but on GPUs a holds from the decision on, waits for a's end (5.7), is decided at the
+    daemon's next cycle (6.0) and started at the pass after 6.1."""
+    topo = uniform(1, 2)
+    jobs = [SimJob(tj("a", 0.3, 5.0, gpus=2), 10.0, "resnet50"), SimJob(tj("b", 0.4, 2.0, gpus=1), 10.0, "resnet50")]
+    relay = Relay(every=1.0, phase=0.7, delay=0.1)
+    recs = {r.job_id: r for r in Simulation(jobs, topo, make_policy("fifo"), cadence=0.5, relay=relay).run().records}
+    assert (recs["a"].start_time, recs["a"].end_time, recs["b"].start_time) == pytest.approx((0.7, 5.7, 6.7))
+    assert [relay.start_of(t) for t in (0.55, 0.65, -0.4)] == pytest.approx([0.7, 1.7, -0.3])
+    for bad in ({"every": 0.0}, {"every": 1.0, "delay": -0.1}, {"every": 1.0, "phase": float("inf")}):
+        with pytest.raises(ValueError, match="relay"):
+            Relay(**bad)
 
 
 def test_a_job_submitted_onto_an_empty_queue_is_decided_before_any_pass():
