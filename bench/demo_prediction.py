@@ -38,8 +38,8 @@ KEYS = ("avg_jct", "avg_wait")
 
 
 def replay(folder: Path, model: Path | None) -> dict:
-    from attentived.ops.demo.measure import predict, relative_change, summary_of
-    from attentived.ops.demo.runs import SCHED_PASS, DemoOptions, model_identity
+    from attentived.ops.demo.measure import LiveClocks, predict, relative_change
+    from attentived.ops.demo.runs import DemoOptions, model_identity
     from attentived.ops.demo.workload import build_workload, demo_topology
 
     doc = json.loads((folder / "demo.json").read_text())
@@ -69,8 +69,9 @@ def replay(folder: Path, model: Path | None) -> dict:
             policy = policy.replace("slurm:", "slurm:bf_resolution=1,", 1)
         if name == "slurm" and "usage_at_end" not in policy:  # the lab never enforced limits: recorded before it was modelled
             policy += ",usage_at_end=0"
-        records = predict(workload, policy, topo, w["seed"], SCHED_PASS, pinned=name == "attentived")
-        sim = summary_of(records, topo)
+        daemon = doc["runs"]["attentived"].get("daemon") or {}
+        clocks = LiveClocks(daemon_cycle=daemon.get("interval") or defaults.interval)
+        sim = predict(workload, policy, topo, w["seed"], clocks, pinned=name == "attentived").summary
         out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],
                                  "error": relative_change(run["live"][k], sim[k])} for k in KEYS}
         out["runs"][name]["policy"] = policy

@@ -1,15 +1,15 @@
 """Which demo workload can show a difference: the replay's attentived against Slurm alone.
 
 A live demo that gains less than its seed-to-seed spread shows nothing (issue 15). Running the
-lab for every candidate workload would take hours; the replay predicts both runs' avg JCT
-within 10% of the live lab (docs/demo.md), so this compares candidate workloads there: for
-each number of jobs and offered load, over the seeds, the predicted avg JCT of each policy
-pinned as the daemon pins it, against fair-share Slurm alone (`SLURM_ALONE_PRESET`), exactly
-as `attentived demo` predicts both runs before it starts them. ``sjf-oracle+consolidate+backfill``
-(SJF on the true durations, which no live scheduler has) bounds what ordering and packing
-can gain on a workload.
+lab for every candidate workload would take hours; the replay predicts avg JCT within 10% of
+the live lab on all 18 recorded seeds for attentived and 17 for Slurm alone (docs/demo.md), so
+this compares candidate workloads there: for each number of jobs and offered load, over the
+seeds, the predicted avg JCT of each policy pinned as the daemon pins it, against fair-share
+Slurm alone (`SLURM_ALONE_PRESET`), exactly as `attentived demo` predicts both runs before it
+starts them. ``sjf-oracle+consolidate+backfill`` (SJF on the true durations, which no live
+scheduler has) bounds what ordering and packing can gain on a workload.
 
-    .venv/bin/python bench/demo_workload.py              # 3 x 3 workloads, seeds 1-12 (about 5 minutes)
+    .venv/bin/python bench/demo_workload.py              # 3 x 3 workloads, seeds 1-12 (about 3 minutes: four replays a run)
     .venv/bin/python bench/demo_workload.py --json       # + bench/results/demo_workload.json
 
 Prints, per workload and policy, the mean and standard deviation over seeds of ``policy /
@@ -43,18 +43,19 @@ def _ints(text: str) -> list[int]:
 
 def changes(jobs: int, load: float, seeds: list[int], policies: list[str]) -> dict[str, list[float]]:
     """Per policy, the predicted avg-JCT change against Slurm alone on each seed's workload."""
-    from attentived.ops.demo.measure import predict, summary_of
-    from attentived.ops.demo.runs import SCHED_PASS, SLURM_ALONE_PRESET, DemoOptions
+    from attentived.ops.demo.measure import LiveClocks, predict
+    from attentived.ops.demo.runs import SLURM_ALONE_PRESET, DemoOptions
     from attentived.ops.demo.workload import build_workload, demo_topology
 
     topo, defaults = demo_topology(), DemoOptions()
+    clocks = LiveClocks(daemon_cycle=defaults.interval)
     out: dict[str, list[float]] = {p: [] for p in policies}
     for seed in seeds:
         workload = build_workload(jobs, defaults.users, None, seed, target_span=defaults.target_span,
                                   max_duration=defaults.max_duration, load=load, topology=topo)
-        alone = summary_of(predict(workload, SLURM_ALONE_PRESET, topo, seed, SCHED_PASS), topo)["avg_jct"]
+        alone = predict(workload, SLURM_ALONE_PRESET, topo, seed, clocks).summary["avg_jct"]
         for p in policies:
-            pinned = summary_of(predict(workload, p, topo, seed, SCHED_PASS, pinned=True), topo)["avg_jct"]
+            pinned = predict(workload, p, topo, seed, clocks, pinned=True).summary["avg_jct"]
             out[p].append(pinned / alone - 1.0)
     return out
 

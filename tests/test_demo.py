@@ -14,7 +14,16 @@ import numpy as np
 import pytest
 
 from attentived.ops.demo.jobscript import job_script, parse_job_output
-from attentived.ops.demo.measure import Allocations, _alloc_from_output, extra_metrics, measure, predict, summary_of
+from attentived.ops.demo.measure import (
+    Allocations,
+    LiveClocks,
+    _alloc_from_output,
+    extra_metrics,
+    mean_summary,
+    measure,
+    predict,
+    summary_of,
+)
 from attentived.ops.demo.runs import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -328,23 +337,72 @@ def test_measure_reports_missing_and_failed_jobs():
 
 
 def test_predictions_use_the_same_metrics(workload):
-    recs = predict(workload, "slurm", TOPO)
-    assert sorted(r.job_id for r in recs) == sorted(j.name for j in workload.jobs)
-    s = summary_of(recs, TOPO)
+    p = predict(workload, "slurm", TOPO)
+    assert sorted(r.job_id for r in p.records) == sorted(j.name for j in workload.jobs)
+    s = summary_of(p.records, TOPO)
+    assert p.summary == s
     assert s["jobs"] == 40 and 0 < s["jain_fairness"] <= 1
     assert s["placement_slowdown"] >= 1.0
 
 
-def test_slurm_alone_starts_jobs_at_its_passes_and_the_daemon_races_them(workload):
+def test_a_prediction_is_the_mean_over_slurms_phases(workload):
+    """Slurm's pass falls at a phase unknown before the run: the summary is the mean of
+    one replay per phase, the records are the first phase's."""
+    clocks = LiveClocks(phases=3)
+    p = predict(workload, "slurm", TOPO, clocks=clocks)
+    per_phase = [summary_of(r, TOPO) for r in (_replay_at(workload, clocks, phase) for phase, _ in clocks.offsets())]
+    assert p.records == _replay_at(workload, clocks, clocks.offsets()[0][0])
+    assert p.summary["avg_wait"] == pytest.approx(sum(s["avg_wait"] for s in per_phase) / 3)
+    assert len({s["avg_wait"] for s in per_phase}) > 1, "the phases should matter on this workload"
+    assert p.summary["jobs"] == 40 and isinstance(p.summary["jobs"], int)
+
+
+def _replay_at(workload, clocks, phase):
+    from attentived.agents.registry import make_policy
+    from attentived.simulator.engine import Simulation
+
+    return list(Simulation(workload.sim_jobs(), TOPO, make_policy("slurm", 0), cadence=clocks.slurm_pass,
+                           phase=phase).run().records)
+
+
+def test_mean_summary():
+    got = mean_summary([{"jobs": 4, "avg": 1.0, "users": {"a": 1.0, "b": 2.0}, "x": None, "n": 2},
+                        {"jobs": 4, "avg": 2.0, "users": {"a": 3.0, "b": 2.0}, "x": None, "n": 3}])
+    assert got == {"jobs": 4, "avg": 1.5, "users": {"a": 2.0, "b": 2.0}, "x": None, "n": 2.5}
+
+
+def test_jobs_start_at_slurms_passes_and_the_daemons_wait_for_its_updates(workload):
     """Slurm never starts a batch job at submission (a test-only job_allocate): Slurm
-    alone's replay starts a job that finds the queue empty at the next pass; the daemon's
-    cycle can see it first and pin it, so attentived's replay decides it at once."""
+    alone's replay starts a job that finds the queue empty at the next pass. The daemon
+    decides it at once, alone, and Slurm starts it at its first pass after the daemon's
+    updates land: the same pass, unless the job came too close before it."""
     from dataclasses import replace
 
-    one = replace(workload, jobs=(replace(workload.jobs[0], submit=0.3),))
-    (alone,) = predict(one, "slurm", TOPO, cadence=1.0)
-    (pinned,) = predict(one, "fifo+consolidate", TOPO, cadence=1.0, pinned=True)
-    assert (alone.start_time, pinned.start_time) == (1.0, 0.3)
+    clocks = LiveClocks(phases=1)
+    assert clocks.offsets() == [(0.5, 0.3)]  # Slurm's passes at 0.5, 1.5, ...; the daemon 0.3 s ahead
+    for submit, daemon_start in ((0.1, 0.5), (0.3, 1.5)):
+        one = replace(workload, jobs=(replace(workload.jobs[0], submit=submit),))
+        (alone,) = predict(one, "slurm", TOPO, clocks=clocks).records
+        (pinned,) = predict(one, "fifo+consolidate", TOPO, clocks=clocks, pinned=True).records
+        assert (alone.start_time, pinned.start_time) == (0.5, daemon_start)
+
+
+def test_the_daemon_replans_until_its_last_cycle_before_slurms_pass(workload):
+    """The daemon re-plans every cycle, so what starts at a pass is what its last cycle
+    in time decided: a job that ends before that cycle frees its GPUs for the pass; one
+    that ends after it, only for the pass after."""
+    from dataclasses import replace
+
+    from attentived.topology.shape import uniform
+
+    one_node = uniform(1, 8)
+    clocks = LiveClocks(phases=1)  # passes at 0.5, 1.5, ...; the daemon decides for them at 0.2, 1.2, ...
+    base = replace(workload.jobs[0], num_gpus=8, num_nodes=1, slowdowns={})
+    for first_end, second_start in ((1.1, 1.5), (1.3, 2.5)):
+        jobs = (replace(base, index=0, submit=0.0, duration=first_end - 0.5), replace(base, index=1, submit=0.05))
+        recs = predict(replace(workload, jobs=jobs), "fifo", one_node, clocks=clocks, pinned=True).records
+        assert [(r.start_time, r.end_time) for r in recs][0] == pytest.approx((0.5, first_end))
+        assert recs[1].start_time == pytest.approx(second_start)
 
 
 def test_default_policy():
@@ -648,11 +706,11 @@ def _fake_result(workload: Workload) -> DemoResult:
     """A DemoResult whose 'live' records are simulator records (rendering tests, no Slurm)."""
     runs = {}
     for name, policy in (("slurm", "slurm"), ("attentived", "fifo+consolidate")):
-        live = predict(workload, "fifo" if name == "slurm" else "sjf+consolidate", TOPO)
+        live = predict(workload, "fifo" if name == "slurm" else "sjf+consolidate", TOPO).records
         pred = predict(workload, policy, TOPO)
         runs[name] = RunResult(
             name=name, title=RUN_TITLES[name], scheduler="test", policy=policy, records=live,
-            summary=summary_of(live, TOPO), predicted_records=pred, predicted=summary_of(pred, TOPO),
+            summary=summary_of(live, TOPO), predicted_records=pred.records, predicted=pred.summary,
             states={r.job_id: "COMPLETED" for r in live}, slurm_ids={r.job_id: str(k + 2) for k, r in enumerate(live)},
             alloc_source={}, job_outputs={}, missing=[], wall_seconds=100.0, started_at=0.0, squeue_raw='{"jobs": []}',
             daemon={"cycles": 3, "actions": 5, "failed_actions": 0, "placements": {"exact": 2}} if name == "attentived" else None)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from attentived.agents.slurm_select import SlurmSelect
-from attentived.simulator.engine import JobRecord, Simulation
+from attentived.simulator.engine import JobRecord, Relay, Simulation
 from attentived.simulator.metrics import summarize, user_mean_waits
 from attentived.simulator.slurm_gpus import SlurmPicksGpus
 from attentived.topology import Topology
@@ -20,6 +20,9 @@ from attentived.topology.speed import SpeedModel
 from .workload import JOB_PREFIX, Workload, demo_topology
 
 __all__ = [
+    "LiveClocks",
+    "Prediction",
+    "mean_summary",
     "measure",
     "predict",
     "relative_change",
@@ -145,26 +148,103 @@ def relative_change(base: float | None, other: float | None) -> float | None:
     return other / base - 1.0
 
 
+@dataclass(frozen=True)
+class LiveClocks:
+    """The lab's clocks a prediction replays, as its logs show them.
+
+    - ``slurm_pass``: slurmctld starts a batch job only at a scheduling pass, run by its
+      background thread once a second (ten 0.1 s sleeps plus the work, so the phase drifts;
+      never at submission, docs/demo.md).
+    - ``daemon_cycle``: the daemon re-plans from scratch at every cycle (the demo's
+      ``interval``); what Slurm starts at a pass is the plan of the last cycle whose
+      updates reached it in time. So the daemon decides for a pass a lag before it, between
+      ``daemon_delay`` and ``daemon_delay + daemon_cycle`` by how the two clocks fall.
+    - ``daemon_delay``: from the state a cycle reads to its updates in slurmctld's log; the
+      lab's logs put a job's first update a median 0.29 s after its submission (half a
+      0.5 s cycle plus about 0.05 s; the 80-job seeds 13-20).
+    - ``phases``: both phases are unknown before a run; a prediction is the mean over this
+      many replays, Slurm's passes and the daemon's lag each spread evenly over a period.
+    """
+
+    slurm_pass: float = 1.0
+    daemon_cycle: float = 0.5
+    daemon_delay: float = 0.05
+    phases: int = 4
+
+    def offsets(self) -> list[tuple[float, float]]:
+        """(phase of Slurm's passes, the daemon's lag before a pass) of each replay; the
+        lag runs down as the phase runs up, so no two replays share either."""
+        n = self.phases
+        return [((k + 0.5) / n * self.slurm_pass, self.daemon_delay + (n - k - 0.5) / n * self.daemon_cycle)
+                for k in range(n)]
+
+
+@dataclass
+class Prediction:
+    """The replays of one run at each of Slurm's phases: ``summary`` is the mean of their
+    summaries, ``records`` the first phase's (the per-job view beside the live records)."""
+
+    records: list[JobRecord]
+    summary: dict[str, Any]
+
+
 def predict(workload: Workload, policy: str, topo: Topology | None = None, seed: int = 0,
-            cadence: float = 0.0, pinned: bool = False) -> list[JobRecord]:
+            clocks: LiveClocks | None = None, pinned: bool = False) -> Prediction:
     """The simulator's replay of the demo workload under ``policy`` (any registry name, the
-    learned ones included; records named like the live jobs); ``cadence``: Slurm's
-    scheduling passes (`Simulation`), the only instants Slurm starts a batch job (never at
-    submission). ``pinned``: the policy only pins nodes, as the daemon does, and Slurm
-    picks the GPU indices there (`SlurmPicksGpus`); with passes, a job that arrives while
-    nothing else is pending is decided at once, alone, by the policy (`Simulation`'s
-    ``at_submit``): the daemon's 0.5 s cycles race Slurm's passes and see such a job
-    before the rest of its batch is submitted, sbatch after sbatch (the two clocks'
-    phases are not modelled, docs/demo.md)."""
+    learned ones included; records named like the live jobs).
+
+    ``clocks`` (`LiveClocks`; ``None``: decisions and starts at once, one replay) are the
+    lab's. Slurm alone decides and starts at Slurm's passes. ``pinned``: the daemon's
+    run, where the policy only pins nodes and Slurm picks the GPU indices there
+    (`SlurmPicksGpus`); the policy decides for each of Slurm's passes the daemon's lag
+    before it, and Slurm starts that plan at the pass (`Relay`). A job that arrives while
+    nothing else is pending is decided alone, at its arrival (`Simulation`'s
+    ``at_submit``): the daemon's cycle sees such a job before the rest of its batch is
+    submitted, sbatch after sbatch."""
+    topo = topo or demo_topology()
+    if clocks is None:
+        records = _replay(workload, policy, topo, seed, pinned, None, 0.0, 0.0)
+        return Prediction(records, summary_of(records, topo))
+    runs = [_replay(workload, policy, topo, seed, pinned, clocks, *offset) for offset in clocks.offsets()]
+    return Prediction(runs[0], mean_summary([summary_of(r, topo) for r in runs]))
+
+
+def _replay(workload: Workload, policy: str, topo: Topology, seed: int, pinned: bool,
+            clocks: LiveClocks | None, phase: float, lag: float) -> list[JobRecord]:
     from attentived.agents.registry import make_policy
 
-    topo = topo or demo_topology()
     select = SlurmSelect()  # the cores every start holds, whichever wrapper started it
 
     def build(name: str) -> Any:
         made = make_policy(name, seed)
         return SlurmPicksGpus(made, select) if pinned else made
 
-    # Its own instance: a policy's state must not see these extra decisions.
-    alone = build(policy) if pinned and cadence else None
-    return list(Simulation(workload.sim_jobs(), topo, build(policy), cadence=cadence, at_submit=alone).run().records)
+    jobs = workload.sim_jobs()
+    if clocks is None:
+        return list(Simulation(jobs, topo, build(policy)).run().records)
+    if not pinned:
+        return list(Simulation(jobs, topo, build(policy), cadence=clocks.slurm_pass, phase=phase).run().records)
+    # The daemon decides ``lag`` before each pass, and Slurm starts its plan at the pass.
+    # A job submitted onto an empty queue is decided alone, at once (its own policy
+    # instance: a policy's state must not see these extra decisions), and started at the
+    # first pass at least ``lag`` later.
+    relay = Relay(clocks.slurm_pass, phase, lag)
+    return list(Simulation(jobs, topo, build(policy), cadence=clocks.slurm_pass, phase=phase - lag,
+                           at_submit=build(policy), relay=relay).run().records)
+
+
+def mean_summary(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each figure's mean over ``summaries`` (per user for a dict of users' figures); a
+    count all agree on stays an int, a figure some lack (None) is None."""
+    out: dict[str, Any] = {}
+    for key, first in summaries[0].items():
+        values: list[Any] = [s.get(key) for s in summaries]
+        if isinstance(first, Mapping):
+            out[key] = mean_summary([v if isinstance(v, Mapping) else {} for v in values])
+        elif any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+            out[key] = first if all(v == first for v in values) else None
+        elif all(v == first for v in values):
+            out[key] = first
+        else:
+            out[key] = float(np.mean(values))
+    return out

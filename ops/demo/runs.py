@@ -23,7 +23,7 @@ from attentived.simulator.engine import JobRecord
 from attentived.topology import Topology
 
 from .jobscript import job_script, parse_job_output
-from .measure import TABLE_KEYS, Allocations, measure, predict, summary_of
+from .measure import TABLE_KEYS, Allocations, LiveClocks, Prediction, measure, predict, summary_of
 from .workload import DEMO_USERS, Workload, build_workload, demo_topology
 
 __all__ = [
@@ -172,9 +172,6 @@ def default_policy() -> str:
 #: second at a 1 s resolution (Slurm's defaults, 30 s and 60 s, are negligible next to jobs of
 #: hours, but not next to the demo's compressed jobs of seconds).
 DEMO_SCHED_PARAMS = "sched_interval=1,sched_min_interval=0,batch_sched_delay=0,max_rpc_cnt=0,bf_interval=1,bf_resolution=1"
-#: Seconds between those passes (sched_interval, bf_interval): jobs start at a pass, so the
-#: prediction's decisions wait for the next one too (`Simulation`'s cadence).
-SCHED_PASS = 1.0
 
 
 @dataclass
@@ -341,6 +338,7 @@ class Demo:
         self.o = options
         self.emit: Event = on_event or (lambda *a, **k: None)
         self.topo = demo_topology()
+        self.clocks = LiveClocks(daemon_cycle=options.interval)
         self.lab: Any = None
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_log: Path | None = None
@@ -433,7 +431,7 @@ class Demo:
 
     # ---- one run ------------------------------------------------------------------------------
     def _run(self, kind: str, workload: Workload, daemon_policy: str,
-             predicted: list[JobRecord] | None = None) -> RunResult:
+             predicted: Prediction | None = None) -> RunResult:
         """One live run. ``predicted``: the attentived run's replay, made before the runs (a
         policy that cannot be simulated is refused before any cluster starts); Slurm alone's
         is made after its run, with its slurmctld's calculation ticks."""
@@ -514,7 +512,7 @@ class Demo:
         m = measure(raw, workload, self.topo, t0, allocations, outputs)
         if kind == "slurm":  # the prediction with slurmctld's own calculation ticks
             sim_policy = slurm_alone_preset(lab, t0)
-            predicted = predict(workload, sim_policy, self.topo, self.o.seed, SCHED_PASS)
+            predicted = predict(workload, sim_policy, self.topo, self.o.seed, self.clocks)
         else:
             sim_policy = daemon_policy
         assert predicted is not None, "the attentived run is predicted before it starts"
@@ -525,7 +523,7 @@ class Demo:
         return RunResult(
             name=kind, title=title, scheduler=scheduler, policy=sim_policy, records=m.records,
             summary=summary_of(m.records, self.topo) if m.records else {},
-            predicted_records=predicted, predicted=summary_of(predicted, self.topo),
+            predicted_records=predicted.records, predicted=predicted.summary,
             states=m.states, slurm_ids=m.slurm_ids, alloc_source=m.alloc_source, job_outputs=outputs,
             missing=m.missing, wall_seconds=wall, started_at=t0, squeue_raw=raw,
             slurmctld_log=_read_text(lab.run_dir / "log" / "slurmctld.log"), daemon=daemon_info,
@@ -602,7 +600,7 @@ class Demo:
         self.check_machine()
         self.emit("phase", run=None, text="simulating the same workload (the prediction)")
         try:
-            predicted_attentived = predict(workload, policy, self.topo, o.seed, SCHED_PASS, pinned=True)
+            predicted_attentived = predict(workload, policy, self.topo, o.seed, self.clocks, pinned=True)
         except Exception as e:  # noqa: BLE001 - a model that does not load, a policy that fails
             raise DemoError(f"cannot simulate policy {policy!r}: {type(e).__name__}: {e}", EXIT_BAD_INPUT) from None
         ok = False
@@ -615,8 +613,8 @@ class Demo:
                 used = (runs["attentived"].daemon or {}).get("policy")
                 if used and used != policy:  # the daemon fell back: predict what really ran
                     runs["attentived"].policy = used
-                    runs["attentived"].predicted_records = predict(workload, used, self.topo, o.seed, SCHED_PASS, pinned=True)
-                    runs["attentived"].predicted = summary_of(runs["attentived"].predicted_records, self.topo)
+                    again = predict(workload, used, self.topo, o.seed, self.clocks, pinned=True)
+                    runs["attentived"].predicted_records, runs["attentived"].predicted = again.records, again.summary
                 self.emit("run_done", run="attentived", result=runs["attentived"])
                 ok = True
             except LabError as e:
