@@ -38,8 +38,8 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -403,6 +403,18 @@ class Outcome:
     argv: tuple[str, ...] = ()
     seconds: float = 0.0
     dry_run: bool = False
+    #: failed because the job left the queue after the snapshot (Slurm started it at a pass
+    #: or it was cancelled or ended): a race no cycle can avoid, not a fault (`overtaken`)
+    overtaken: bool = False
+
+
+def overtaken(outcomes: Sequence[Outcome], pending_now: Callable[[str], bool]) -> list[Outcome]:
+    """``outcomes`` with each failed job update marked ``overtaken`` when its job is no
+    longer pending (``pending_now``, read after the updates): Slurm refuses to re-pin or
+    re-order a job that has just started ("Invalid node name specified" for the
+    ``ReqNodeList`` of a running job) or ended, and the next cycle plans without it."""
+    return [replace(o, overtaken=True) if not o.ok and o.action.kind in JOB_KINDS and o.action.job_id
+            and not pending_now(o.action.job_id) else o for o in outcomes]
 
 
 def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = False) -> list[Outcome]:

@@ -29,7 +29,7 @@ from attentived.topology import Topology, TopologyParseError
 
 from . import log as dlog
 from .accounting import AccountingWatch
-from .apply import Action, Desired, Outcome, Settings, desired_state, execute, plan_actions
+from .apply import JOB_KINDS, Action, Desired, Outcome, Settings, desired_state, execute, overtaken, plan_actions
 from .backend import Backend
 from .chain import chain_holds
 from .checks import check_slurm_config
@@ -87,7 +87,12 @@ class CycleResult:
 
     @property
     def failed(self) -> int:
-        return sum(1 for o in self.outcomes if not o.ok)
+        """Updates Slurm refused, less those whose job had left the queue (`overtaken`)."""
+        return sum(1 for o in self.outcomes if not o.ok and not o.overtaken)
+
+    @property
+    def overtaken(self) -> int:
+        return sum(1 for o in self.outcomes if o.overtaken)
 
 
 def new_cycle_id(seq: int) -> str:
@@ -327,6 +332,9 @@ class CycleRunner:
         res.outcomes = execute(actions, self.backend, dry_run=res.dry_run)
         if not res.dry_run:
             readback = self._read_back(res.outcomes)
+            if readback is not None:
+                res.outcomes = overtaken(res.outcomes, lambda j: (job := readback.job(j)) is not None
+                                         and job.state == "PENDING")
             self.placements.settle_pins(res.outcomes, owned, snap, readback)
             self.reservations.settle(res.outcomes)
             self.placements.record_planned(res.cycle_id, {j: g for j, g in desired.starts.items() if j in desired.pins},
@@ -336,11 +344,11 @@ class CycleRunner:
         self.placements.note_managed(built)
         res.timings["apply"] = time.monotonic() - t
         for o in res.outcomes:
-            level = "info" if o.ok else "error"
+            level = "info" if o.ok or o.overtaken else "error"
             getattr(self.log, level)("slurm.action", kind=o.action.kind, job=o.action.job_id or None,
                                      reservation=o.action.reservation or None, value=o.action.value or None,
                                      nodes=list(o.action.nodes) or None, ok=o.ok, error=o.error or None,
-                                     dry_run=o.dry_run, reason=o.action.reason)
+                                     overtaken=o.overtaken or None, dry_run=o.dry_run, reason=o.action.reason)
 
     def _build(self, snap: Snapshot, res: CycleResult) -> tuple[dict[str, tuple[str, ...]], Built]:
         """The daemon's pins, and the state the policy sees, from one snapshot."""
@@ -358,8 +366,9 @@ class CycleRunner:
         return owned, built
 
     def _read_back(self, outcomes: Sequence[Outcome]) -> Snapshot | None:
-        """After a failed pin, what Slurm really kept (it may apply part of an update)."""
-        if not any(o.action.kind in ("pin", "exclude") and not o.ok for o in outcomes):
+        """After a failed job update, what Slurm really kept (it may apply part of an
+        update) and whether the job is still pending (`overtaken`)."""
+        if all(o.ok or o.action.kind not in JOB_KINDS for o in outcomes):
             return None
         try:
             return self.backend.snapshot()
@@ -409,7 +418,8 @@ class CycleRunner:
             if phase in res.timings:
                 m.phase.set(res.timings[phase], phase=phase)
         for o in res.outcomes:
-            m.actions.inc(kind=o.action.kind, result="dry_run" if o.dry_run else ("ok" if o.ok else "failed"))
+            m.actions.inc(kind=o.action.kind, result="dry_run" if o.dry_run else
+                          ("ok" if o.ok else "overtaken" if o.overtaken else "failed"))
         if res.counts:
             m.queue.set(res.counts.get("managed", 0))
             m.pending.set(res.counts.get("pending", 0))
@@ -426,8 +436,8 @@ class CycleRunner:
                 status="ok" if res.ok else res.error_kind or "error",
                 error=res.error, pending=res.counts.get("managed", 0), running=res.counts.get("running", 0),
                 actions=len(res.outcomes), failed=res.failed, timings=res.timings, plan=res.plan_doc,
-                outcomes=[{**o.action.as_dict(), "argv": o.argv, "ok": o.ok, "error": o.error, "dry_run": o.dry_run}
-                          for o in res.outcomes],
+                outcomes=[{**o.action.as_dict(), "argv": o.argv, "ok": o.ok, "error": o.error, "dry_run": o.dry_run,
+                           "overtaken": o.overtaken} for o in res.outcomes],
             )
             self.journal.rotate()
         except Exception as e:  # a full disk must not stop scheduling
@@ -438,7 +448,7 @@ class CycleRunner:
         self.write_status()
         level = "info" if res.ok or res.skipped else "warning"
         getattr(self.log, level)("cycle.done", ok=res.ok, seconds=round(res.duration, 4), actions=len(res.outcomes),
-                      failed=res.failed, dry_run=res.dry_run, error=res.error or None,
+                      failed=res.failed, overtaken=res.overtaken or None, dry_run=res.dry_run, error=res.error or None,
                       timings={k: round(v, 4) for k, v in res.timings.items()})
 
     def _check_accounting(self) -> None:

@@ -6,7 +6,8 @@ Metrics (all prefixed ``attentived_``):
 - ``cycle_duration_seconds`` (histogram) and ``cycle_phase_seconds{phase}`` (last cycle's
   snapshot / state / decide / apply times)
 - ``cycles_total{result}`` (ok, error, skipped), ``errors_total{kind}``
-- ``actions_total{kind,result}`` (result: ok, failed, dry_run)
+- ``actions_total{kind,result}`` (result: ok, failed, overtaken: refused because the job had
+  just left the queue, dry_run)
 - ``queue_length`` (managed pending jobs), ``pending_jobs``, ``running_jobs``,
   ``free_gpus``, ``held_reservations``
 - ``placements_total{match}`` (exact, same_nodes, other_nodes, unplanned)

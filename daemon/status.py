@@ -50,7 +50,7 @@ def status_doc(*, config: Config, mode: str, policy_name: str, policy_fallback: 
         "last_cycle": None if last is None else {
             "id": last.cycle_id, "started": last.started, "duration": last.duration, "ok": last.ok,
             "skipped": last.skipped, "dry_run": last.dry_run, "error": last.error or None,
-            "actions": len(last.outcomes), "failed": last.failed, "counts": last.counts,
+            "actions": len(last.outcomes), "failed": last.failed, "overtaken": last.overtaken, "counts": last.counts,
         },
         "updated": time.time(),
     }

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -174,8 +175,13 @@ def test_job_cancelled_between_snapshot_and_apply(clean_lab, tmp_path):
     r = eng.run_cycle()
     eng.backend.snapshot = real
     bad = [o for o in r.outcomes if not o.ok]
-    assert all(o.action.job_id == ids[0] for o in bad), [(o.action, o.error) for o in bad]
+    assert bad and all(o.action.job_id == ids[0] for o in bad), [(o.action, o.error) for o in bad]
     assert any(o.ok and o.action.job_id in ids[1:] for o in r.outcomes)
+    # Slurm refused the updates because the job had left the queue: overtaken, not a fault
+    assert all(o.overtaken for o in bad) and r.overtaken == len(bad)
+    assert r.ok and r.failed == 0, r.error
+    cycle = json.loads((tmp_path / "state" / "status.json").read_text())["last_cycle"]
+    assert (cycle["failed"], cycle["overtaken"]) == (0, len(bad))
     r2 = eng.run_cycle()
     assert r2.ok, r2.error
     eng.journal.close()
