@@ -11,10 +11,13 @@ scheduler has) bounds what ordering and packing can gain on a workload.
 
     .venv/bin/python bench/demo_workload.py              # 3 x 3 workloads, seeds 1-12 (about 3 minutes: four replays a run)
     .venv/bin/python bench/demo_workload.py --json       # + bench/results/demo_workload.json
+    .venv/bin/python bench/demo_workload.py --jobs 80 --loads 2.4 --policy attentive \
+        --policy attentive:fairness=1 --json bench/results/demo_fairness.json   # other policies, one workload
 
 Prints, per workload and policy, the mean and standard deviation over seeds of ``policy /
-Slurm alone - 1`` (avg JCT) and on how many seeds it was lower; the last stdout line is the
-JSON document.
+Slurm alone - 1`` (avg JCT), on how many seeds it was lower, on how many Jain's index over
+users' waits was at least Slurm alone's and on how many the worst user's mean wait was lower;
+the last stdout line is the JSON document.
 """
 
 from __future__ import annotations
@@ -41,22 +44,26 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def changes(jobs: int, load: float, seeds: list[int], policies: list[str]) -> dict[str, list[float]]:
-    """Per policy, the predicted avg-JCT change against Slurm alone on each seed's workload."""
+def changes(jobs: int, load: float, seeds: list[int], policies: list[str]) -> dict[str, list[dict[str, float]]]:
+    """Per policy and seed, against Slurm alone on that seed's workload: the predicted
+    avg-JCT change, and the differences in Jain's index over users' waits and in the worst
+    user's mean wait (issue 15 asks for Jain at least Slurm's)."""
     from attentived.ops.demo.measure import LiveClocks, predict
     from attentived.ops.demo.runs import SLURM_ALONE_PRESET, DemoOptions
     from attentived.ops.demo.workload import build_workload, demo_topology
 
     topo, defaults = demo_topology(), DemoOptions()
     clocks = LiveClocks(daemon_cycle=defaults.interval)
-    out: dict[str, list[float]] = {p: [] for p in policies}
+    out: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
     for seed in seeds:
         workload = build_workload(jobs, defaults.users, None, seed, target_span=defaults.target_span,
                                   max_duration=defaults.max_duration, load=load, topology=topo)
-        alone = predict(workload, SLURM_ALONE_PRESET, topo, seed, clocks).summary["avg_jct"]
+        alone = predict(workload, SLURM_ALONE_PRESET, topo, seed, clocks).summary
         for p in policies:
-            pinned = predict(workload, p, topo, seed, clocks, pinned=True).summary["avg_jct"]
-            out[p].append(pinned / alone - 1.0)
+            pinned = predict(workload, p, topo, seed, clocks, pinned=True).summary
+            out[p].append({"avg_jct": pinned["avg_jct"] / alone["avg_jct"] - 1.0,
+                           "jain": pinned["jain_fairness"] - alone["jain_fairness"],
+                           "max_user_wait": pinned["max_user_wait"] - alone["max_user_wait"]})
     return out
 
 
@@ -67,7 +74,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=_ints, default=list(range(1, 13)), help="seeds, e.g. 1-12 or 1,5,9 (default 1-12)")
     ap.add_argument("--policy", action="append", dest="policies",
                     help="policy pinned as the daemon pins it (repeatable; default attentive and sjf-oracle+consolidate+backfill)")
-    ap.add_argument("--json", action="store_true", help=f"also write {RESULT.relative_to(ROOT)}")
+    ap.add_argument("--json", nargs="?", const=RESULT, type=Path, metavar="PATH",
+                    help=f"also write the JSON document to PATH (default {RESULT.relative_to(ROOT)})")
     a = ap.parse_args()
     policies = a.policies or ["attentive", "sjf-oracle+consolidate+backfill"]
     if len(set(policies)) != len(policies):
@@ -76,22 +84,28 @@ def main() -> int:
         ap.error("give at least two seeds: the spread is the point")
     t0 = time.monotonic()
     rows = []
-    print(f"{'jobs':>4} {'load':>5} {'policy':34} {'avg JCT vs Slurm alone':>24} {'lower on':>9}")
+    print(f"{'jobs':>4} {'load':>5} {'policy':34} {'avg JCT vs Slurm alone':>24} {'lower on':>9} "
+          f"{'Jain >= Slurm':>14} {'worst user lower':>17}")
     for jobs in a.jobs:
         for load in a.loads:
-            for p, ch in changes(jobs, load, a.seeds, policies).items():
+            for p, per_seed in changes(jobs, load, a.seeds, policies).items():
+                ch = [x["avg_jct"] for x in per_seed]
                 mean, std = statistics.fmean(ch), statistics.stdev(ch)
                 lower = sum(c < 0 for c in ch)
+                fair = sum(x["jain"] >= 0 for x in per_seed)
+                worst = sum(x["max_user_wait"] < 0 for x in per_seed)
                 rows.append({"jobs": jobs, "load": load, "policy": p, "mean": mean, "std": std,
-                             "lower_on": lower, "changes": ch})
+                             "lower_on": lower, "jain_at_least_slurm_on": fair, "worst_user_lower_on": worst,
+                             "changes": ch, "jain_diffs": [x["jain"] for x in per_seed],
+                             "max_user_wait_diffs": [x["max_user_wait"] for x in per_seed]})
                 print(f"{jobs:>4} {load:>5.1f} {p:34} {100 * mean:+9.1f} ± {100 * std:4.1f}%{'':8} "
-                      f"{lower:>3}/{len(ch)}", flush=True)
-    doc = {"benchmark": "demo_workload", "command": "python bench/demo_workload.py --json", "seeds": a.seeds,
+                      f"{lower:>3}/{len(ch)} {fair:>11}/{len(ch)} {worst:>14}/{len(ch)}", flush=True)
+    doc = {"benchmark": "demo_workload", "command": "python " + " ".join(sys.argv), "seeds": a.seeds,
            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": round(time.monotonic() - t0, 1),
            "rows": rows}
     if a.json:
-        RESULT.parent.mkdir(parents=True, exist_ok=True)
-        RESULT.write_text(json.dumps(doc, indent=1))
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(doc, indent=1))
     print(json.dumps(doc))
     return 0
 
