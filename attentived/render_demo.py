@@ -191,8 +191,11 @@ def result_table(result: DemoResult, console: Console | None = None) -> None:
             line += f" [red]not completed: {', '.join(f'{n} {s}' for n, s in bad.items()) or ''} {' '.join(run.missing)}[/]"
         console.print(line, highlight=False)
     if d:
+        overtaken = d.get("overtaken_actions", 0)
+        raced = f", {overtaken} overtaken: the job left the queue first" if overtaken else ""
         console.print(f"attentived: {d.get('cycles', 0)} cycles, {d.get('actions', 0)} Slurm updates "
-                      f"({d.get('failed_actions', 0)} failed); placements as planned: {d.get('placements', {})}", highlight=False)
+                      f"({d.get('failed_actions', 0)} failed{raced}); placements as planned: {d.get('placements', {})}",
+                      highlight=False)
     console.print(f"[dim]Total {result.wall_seconds:.0f}s. Live figures come from Slurm's own records (squeue --json: "
                   "whole seconds); 'sim' is the simulator's replay of the same workload (Slurm alone = the 'slurm' "
                   "preset). JCT = end - submit, wait = start - submit; comm. slowdown = the speed model's slowdown of "

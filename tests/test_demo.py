@@ -713,7 +713,8 @@ def _fake_result(workload: Workload) -> DemoResult:
             summary=summary_of(live, TOPO), predicted_records=pred.records, predicted=pred.summary,
             states={r.job_id: "COMPLETED" for r in live}, slurm_ids={r.job_id: str(k + 2) for k, r in enumerate(live)},
             alloc_source={}, job_outputs={}, missing=[], wall_seconds=100.0, started_at=0.0, squeue_raw='{"jobs": []}',
-            daemon={"cycles": 3, "actions": 5, "failed_actions": 0, "placements": {"exact": 2}} if name == "attentived" else None)
+            daemon={"cycles": 3, "actions": 5, "failed_actions": 0, "overtaken_actions": 2, "placements": {"exact": 2}}
+            if name == "attentived" else None)
     return DemoResult(workload, TOPO, "fifo+consolidate", runs, 200.0, DemoOptions())
 
 
@@ -728,7 +729,8 @@ def test_table_and_outputs(tmp_path):
     result_table(result, console)
     text = console.export_text()
     for label in ("avg JCT", "p99 JCT", "avg wait", "Jain fairness", "comm. slowdown", "makespan", "Slurm alone",
-                  "attentived (fifo+consolidate)", "12/12 jobs completed"):
+                  "attentived (fifo+consolidate)", "12/12 jobs completed",
+                  "5 Slurm updates (0 failed, 2 overtaken: the job left the queue first)"):
         assert label in text
     a = result.runs["slurm"].summary["avg_jct"]
     assert f"{a:.1f}s" in text

@@ -631,7 +631,7 @@ class Demo:
 
 def _daemon_stats(status_path: Path, log_path: Path | None) -> dict[str, Any]:
     """Cycles, actions and errors the daemon logged, and its final status."""
-    out: dict[str, Any] = {"cycles": 0, "actions": 0, "failed_actions": 0, "cycle_errors": 0,
+    out: dict[str, Any] = {"cycles": 0, "actions": 0, "failed_actions": 0, "overtaken_actions": 0, "cycle_errors": 0,
                            "placements": Counter()}
     try:
         status = json.loads(status_path.read_text())
@@ -651,6 +651,7 @@ def _daemon_stats(status_path: Path, log_path: Path | None) -> dict[str, Any]:
                 out["cycles"] += 1
                 out["actions"] += int(rec.get("actions") or 0)
                 out["failed_actions"] += int(rec.get("failed") or 0)
+                out["overtaken_actions"] += int(rec.get("overtaken") or 0)
                 out["cycle_errors"] += 0 if rec.get("ok") else 1
             elif ev == "job.started" and rec.get("match"):
                 out["placements"][rec["match"]] += 1
