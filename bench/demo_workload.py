@@ -2,7 +2,7 @@
 
 A live demo that gains less than its seed-to-seed spread shows nothing (issue 15). Running the
 lab for every candidate workload would take hours; the replay predicts avg JCT within 10% of
-the live lab on all 18 recorded seeds for attentived and 17 for Slurm alone (docs/demo.md), so
+the live lab on all 21 recorded seeds for attentived and 19 for Slurm alone (docs/demo.md), so
 this compares candidate workloads there: for each number of jobs and offered load, over the
 seeds, the predicted avg JCT of each policy pinned as the daemon pins it, against fair-share
 Slurm alone (`SLURM_ALONE_PRESET`), exactly as `attentived demo` predicts both runs before it

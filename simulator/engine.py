@@ -184,6 +184,9 @@ class Simulation:
     grid of that period (at ``phase + k * cadence``), as a live Slurm starts jobs at its
     scheduling passes (``sched_interval``) rather than the instant resources free up.
 
+    ``overhead`` (seconds) is added to every run: what a live start takes beyond the job's
+    own run time (launch, epilog), which Slurm's records count in the job's run.
+
     ``relay`` (`Relay`, or ``None``: starts happen when decided) delays the starts of each
     plan to another scheduler's next pass: decisions on a grid ``delay`` ahead of the
     relay's passes (the same ``cadence``, ``phase - delay``) are started at those passes.
@@ -210,13 +213,17 @@ class Simulation:
         phase: float = 0.0,
         at_submit: Policy | None = None,
         relay: Relay | None = None,
+        overhead: float = 0.0,
     ) -> None:
         if not 0 <= cadence < math.inf:
             raise ValueError(f"cadence must be a number of seconds >= 0, got {cadence!r}")
         if not math.isfinite(phase):
             raise ValueError(f"phase must be a finite number of seconds, got {phase!r}")
+        if not 0 <= overhead < math.inf:
+            raise ValueError(f"overhead must be a number of seconds >= 0, got {overhead!r}")
         self.at_submit = at_submit
         self.relay = relay
+        self.overhead = overhead
         self.phase = phase
         bad = next((s.job for s in jobs if s.job.num_nodes is not None
                     and not (s.job.num_nodes >= 1 and s.job.num_gpus % s.job.num_nodes == 0)), None)
@@ -379,7 +386,7 @@ class Simulation:
                                  pj.exclusive)
             self._running[job_id] = run
             bisect.insort(self._by_end, run, key=BY_RELEASE)
-            end = begin + self.speed.runtime(s.model, s.job.duration, gpus)
+            end = begin + self.speed.runtime(s.model, s.job.duration, gpus) + self.overhead
             heapq.heappush(self._events, (end, _COMPLETION, next(self._counter), job_id))
         if self._pending and not self._running and not self._events:
             raise SimulationStalled(

@@ -362,7 +362,25 @@ def _replay_at(workload, clocks, phase):
     from attentived.simulator.engine import Simulation
 
     return list(Simulation(workload.sim_jobs(), TOPO, make_policy("slurm", 0), cadence=clocks.slurm_pass,
-                           phase=phase).run().records)
+                           phase=phase, overhead=clocks.job_overhead).run().records)
+
+
+def test_a_job_of_whole_seconds_frees_its_gpus_for_the_drifting_pass_only_if_long_enough(workload):
+    """Slurm's passes come a little over a second apart and a job's record runs 0.03 s
+    beyond its sleep: a 40 s job ends before the pass 40 passes after its start, a 4 s
+    job just after the pass 4 passes later, so the job behind it waits one more pass."""
+    from dataclasses import replace
+
+    from attentived.topology.shape import uniform
+
+    one_node = uniform(1, 8)
+    clocks = LiveClocks(slurm_pass=1.0025, job_overhead=0.03, phases=1)
+    base = replace(workload.jobs[0], num_gpus=8, num_nodes=1, slowdowns={})
+    for first, passes_later in ((40.0, 40), (4.0, 5)):
+        jobs = (replace(base, index=0, submit=0.0, duration=first), replace(base, index=1, submit=0.1))
+        a, b = predict(replace(workload, jobs=jobs), "slurm", one_node, clocks=clocks).records
+        assert a.end_time - a.start_time == pytest.approx(first + 0.03)
+        assert b.start_time - a.start_time == pytest.approx(passes_later * 1.0025)
 
 
 def test_mean_summary():
@@ -378,7 +396,7 @@ def test_jobs_start_at_slurms_passes_and_the_daemons_wait_for_its_updates(worklo
     updates land: the same pass, unless the job came too close before it."""
     from dataclasses import replace
 
-    clocks = LiveClocks(phases=1)
+    clocks = LiveClocks(slurm_pass=1.0, job_overhead=0.0, phases=1)
     assert clocks.offsets() == [(0.5, 0.3)]  # Slurm's passes at 0.5, 1.5, ...; the daemon 0.3 s ahead
     for submit, daemon_start in ((0.1, 0.5), (0.3, 1.5)):
         one = replace(workload, jobs=(replace(workload.jobs[0], submit=submit),))
@@ -396,7 +414,7 @@ def test_the_daemon_replans_until_its_last_cycle_before_slurms_pass(workload):
     from attentived.topology.shape import uniform
 
     one_node = uniform(1, 8)
-    clocks = LiveClocks(phases=1)  # passes at 0.5, 1.5, ...; the daemon decides for them at 0.2, 1.2, ...
+    clocks = LiveClocks(slurm_pass=1.0, job_overhead=0.0, phases=1)  # passes at 0.5, 1.5, ...; decided at 0.2, 1.2, ...
     base = replace(workload.jobs[0], num_gpus=8, num_nodes=1, slowdowns={})
     for first_end, second_start in ((1.1, 1.5), (1.3, 2.5)):
         jobs = (replace(base, index=0, submit=0.0, duration=first_end - 0.5), replace(base, index=1, submit=0.05))

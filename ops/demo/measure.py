@@ -153,8 +153,14 @@ class LiveClocks:
     """The lab's clocks a prediction replays, as its logs show them.
 
     - ``slurm_pass``: slurmctld starts a batch job only at a scheduling pass, run by its
-      background thread once a second (ten 0.1 s sleeps plus the work, so the phase drifts;
-      never at submission, docs/demo.md).
+      background thread (and backfill by its own) about once a second: a second's sleep
+      plus the work, so the passes drift. On the eleven 80-job seeds consecutive passes
+      came 1.0025 s apart on average (backfill in Slurm alone's runs, the main passes in
+      attentived's). Never at submission (docs/demo.md).
+    - ``job_overhead``: a job's record in Slurm runs 0.03 s beyond its sleep (launch and
+      epilog; the logs' allocation to completion less the modelled run, 0.027-0.043 s per
+      run). With the drift it decides whether a job of whole seconds frees its GPUs before
+      the pass that whole seconds after its start, or only for the next.
     - ``daemon_cycle``: the daemon re-plans from scratch at every cycle (the demo's
       ``interval``); what Slurm starts at a pass is the plan of the last cycle whose
       updates reached it in time. So the daemon decides for a pass a lag before it, between
@@ -166,9 +172,10 @@ class LiveClocks:
       many replays, Slurm's passes and the daemon's lag each spread evenly over a period.
     """
 
-    slurm_pass: float = 1.0
+    slurm_pass: float = 1.0025
     daemon_cycle: float = 0.5
     daemon_delay: float = 0.05
+    job_overhead: float = 0.03
     phases: int = 4
 
     def offsets(self) -> list[tuple[float, float]]:
@@ -223,14 +230,15 @@ def _replay(workload: Workload, policy: str, topo: Topology, seed: int, pinned: 
     if clocks is None:
         return list(Simulation(jobs, topo, build(policy)).run().records)
     if not pinned:
-        return list(Simulation(jobs, topo, build(policy), cadence=clocks.slurm_pass, phase=phase).run().records)
+        return list(Simulation(jobs, topo, build(policy), cadence=clocks.slurm_pass, phase=phase,
+                               overhead=clocks.job_overhead).run().records)
     # The daemon decides ``lag`` before each pass, and Slurm starts its plan at the pass.
     # A job submitted onto an empty queue is decided alone, at once (its own policy
     # instance: a policy's state must not see these extra decisions), and started at the
     # first pass at least ``lag`` later.
     relay = Relay(clocks.slurm_pass, phase, lag)
     return list(Simulation(jobs, topo, build(policy), cadence=clocks.slurm_pass, phase=phase - lag,
-                           at_submit=build(policy), relay=relay).run().records)
+                           at_submit=build(policy), relay=relay, overhead=clocks.job_overhead).run().records)
 
 
 def mean_summary(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -177,6 +177,16 @@ def test_a_relay_starts_the_decided_jobs_at_its_next_pass_and_holds_their_gpus_m
             Relay(**bad)
 
 
+def test_an_overhead_lengthens_every_run():
+    topo = uniform(1, 2)
+    jobs = [SimJob(tj("a", 0.0, 5.0, gpus=2), 10.0, "resnet50"), SimJob(tj("b", 0.0, 2.0, gpus=2), 10.0, "resnet50")]
+    recs = {r.job_id: r for r in Simulation(jobs, topo, make_policy("fifo"), overhead=0.25).run().records}
+    assert (recs["a"].end_time, recs["b"].start_time, recs["b"].end_time) == pytest.approx((5.25, 5.25, 7.5))
+    for bad in (-0.1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="overhead"):
+            Simulation(jobs, topo, make_policy("fifo"), overhead=bad)
+
+
 def test_a_job_submitted_onto_an_empty_queue_is_decided_before_any_pass():
     """``at_submit``: a job that finds the queue empty is decided at once, alone.
     Long x and short y arrive together on 2 GPUs: SJF deciding at the pass starts y first,
