@@ -61,6 +61,8 @@ def replay(folder: Path, model: Path | None) -> dict:
         raise SystemExit(f"{folder}: the recorded workload does not rebuild the same (demo options changed since?)")
     out = {"folder": str(folder), "seed": w["seed"], "runs": {},
            "model": None if learned is None else {**learned, "recorded": ran is not None}}
+    daemon = doc["runs"]["attentived"].get("daemon") or {}
+    clocks = LiveClocks(daemon_cycle=daemon.get("interval") or defaults.interval)
     for name, run in doc["runs"].items():
         policy = run["predicted_by"]
         if name == "attentived" and model is not None and learned is not None:
@@ -69,8 +71,6 @@ def replay(folder: Path, model: Path | None) -> dict:
             policy = policy.replace("slurm:", "slurm:bf_resolution=1,", 1)
         if name == "slurm" and "usage_at_end" not in policy:  # the lab never enforced limits: recorded before it was modelled
             policy += ",usage_at_end=0"
-        daemon = doc["runs"]["attentived"].get("daemon") or {}
-        clocks = LiveClocks(daemon_cycle=daemon.get("interval") or defaults.interval)
         sim = predict(workload, policy, topo, w["seed"], clocks, pinned=name == "attentived").summary
         out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],
                                  "error": relative_change(run["live"][k], sim[k])} for k in KEYS}

@@ -55,6 +55,12 @@ _COMPLETION, _ARRIVAL, _PASS = 0, 1, 2  # at one instant, free GPUs before new j
 UNKNOWN_CAPACITY = 1 << 40
 
 
+def next_pass(t: float, every: float, phase: float) -> float:
+    """The first instant ``phase + k * every`` at or after ``t`` (a float ``t`` a hair
+    past a pass counts as on it)."""
+    return math.ceil((t - phase) / every - 1e-9) * every + phase
+
+
 @dataclass(frozen=True, slots=True)
 class Relay:
     """Another process carries the decisions out at its own passes, at ``phase + k *
@@ -73,7 +79,7 @@ class Relay:
             raise ValueError(f"relay: passes every > 0 s, a delay >= 0 s and a finite phase, got {self}")
 
     def start_of(self, decided: float) -> float:
-        return math.ceil((decided + self.delay - self.phase) / self.every - 1e-9) * self.every + self.phase
+        return next_pass(decided + self.delay, self.every, self.phase)
 
 
 class PolicyError(RuntimeError):
@@ -322,11 +328,11 @@ class Simulation:
                 self.progress(len(self._records))
             if self._pending and np.count_nonzero(self._free) >= min(self._sizes):
                 if self.cadence:
-                    next_pass = math.ceil((self.now - self.phase) / self.cadence - 1e-9) * self.cadence + self.phase
-                    if next_pass > self.now:
-                        if next_pass != self._pass_at:
-                            self._pass_at = next_pass
-                            heapq.heappush(self._events, (next_pass, _PASS, next(self._counter), ""))
+                    at = next_pass(self.now, self.cadence, self.phase)
+                    if at > self.now:
+                        if at != self._pass_at:
+                            self._pass_at = at
+                            heapq.heappush(self._events, (at, _PASS, next(self._counter), ""))
                         continue
                 return self.snapshot()
         if self._pending:
