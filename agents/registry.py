@@ -37,7 +37,7 @@ PRESETS: dict[str, Preset] = {
     "tiresias": Preset("tiresias", "consolidate", False, "Tiresias-style discretized LAS, consolidated placement"),
     "slurm": Preset("slurm-multifactor", "slurm-select", True,
                     "emulated Slurm site: fair-share+age+size multifactor, Slurm's backfill (every job it tests "
-                    "reserves), first-fit nodes with Slurm's socket and GPU choice"),
+                    "reserves), topology/tree's nodes with Slurm's socket and GPU choice"),
     "fifo+consolidate": Preset("fifo", "consolidate", False, "FIFO with topology-aware best-fit placement"),
     "sjf+consolidate": Preset("sjf", "consolidate", False, "SJF with topology-aware best-fit placement"),
     "fair-share+consolidate": Preset("fair-share", "consolidate", False, "fair-share with topology-aware placement"),

@@ -19,7 +19,7 @@ A reservation takes its nodes whole for its window, as slurmctld's backfill map 
 run when a higher one's reservation begins may not use that reservation's nodes, even
 their GPUs the reserved job leaves free (on the lab, counting only the reserved GPUs
 backfilled 1-GPU jobs that Slurm kept waiting). Jobs that start now take their GPUs only,
-as running jobs share nodes. Nodes are taken first-fit, lowest index first. A job that
+as running jobs share nodes. Nodes are taken as topology/tree takes them (`tree_nodes`). A job that
 starts now is placed by the placer among the GPUs no reservation needs while it runs.
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fit import Fit
-from .placement import first_fit_nodes
+from .placement import tree_nodes
 from .plan import OrderView, Plan, Start
 from .policy import JobChooser, Placer
 from .state import ClusterState, PendingJob
@@ -139,13 +139,14 @@ class _Timeline:
 
     def earliest(self, job: PendingJob, limit: float, horizon: float) -> tuple[int, np.ndarray] | None:
         """The first row from which ``job`` fits on the nodes' free GPUs for ``limit``
-        seconds, and its GPUs per node there (first-fit); ``None`` if no row up to
+        seconds, and its GPUs per node there (`tree_nodes`); ``None`` if no row up to
         ``horizon`` does."""
         for row in np.flatnonzero(_fits(job, self.free)).tolist():
             if self.times[row] > horizon:
                 return None
             end = self._rows(row, limit)
-            nodes = first_fit_nodes(job, self.free[row] if end == row + 1 else self.free[row:end].min(axis=0))
+            nodes = tree_nodes(job, self.free[row] if end == row + 1 else self.free[row:end].min(axis=0),
+                               self.state.topology.node_switch)
             if nodes is not None:
                 take = np.zeros(self.free.shape[1], dtype=np.int64)
                 for node, k in nodes:

@@ -27,7 +27,7 @@ import numpy as np
 
 from attentived.topology import Topology
 
-from .placement import FirstFit, first_fit_nodes, lowest_free
+from .placement import lowest_free, tree_nodes
 from .plan import Start
 from .state import ClusterState, PendingJob
 
@@ -131,20 +131,16 @@ class SlurmSelect:
 
 @dataclass
 class SlurmSelectPlacer:
-    """Slurm's own placement: the lowest nodes with room, on each the socket with the most
-    free cores and its GPUs first, as select/cons_tres picks them; first-fit where nodes have
-    no CPU counts."""
+    """Slurm's own placement: the nodes ``topology/tree`` picks (`tree_nodes`), on each the
+    socket with the most free cores and its GPUs first, as select/cons_tres picks them; the
+    lowest free GPUs where nodes have no CPU counts."""
 
     name: str = "slurm-select"
     select: SlurmSelect = field(default_factory=SlurmSelect)
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
-        if not state.topology.knows_cpus:  # the same GPUs, by FirstFit's fast path for 1-GPU jobs
-            return _FIRST_FIT.place(job, free, state)
-        nodes = first_fit_nodes(job, state.topology.per_node(free))
+        topo = state.topology
+        nodes = tree_nodes(job, topo.per_node(free), topo.node_switch)
         if nodes is None:
             return None
         return self.select.gpus(job.job_id, job.cpus, nodes, free, state)
-
-
-_FIRST_FIT = FirstFit()

@@ -1,4 +1,5 @@
-"""How often `SlurmSelect` gives the GPUs and socket the lab's Slurm gave, start by start.
+"""How often `SlurmSelect` gives the GPUs and socket the lab's Slurm gave, start by start,
+and how often `tree_nodes` gives the nodes Slurm alone's run got.
 
 `attentived demo --out` keeps ``squeue-<run>.json``: every job's GPUs and, under
 ``job_resources``, its socket and core. For every single-node start of a run this rebuilds
@@ -8,7 +9,15 @@ are whole seconds, so a start is *ambiguous* when another job on the same node s
 ended within a second of it (which of them came first is unknown); those are counted
 apart. ``--lowest`` scores the lowest free indices instead (the rule before).
 
-    .venv/bin/python bench/slurm_select_check.py bench/results/demo-seeds-80x2.4/seed-*
+Nodes: for every start of Slurm alone's run (where Slurm chose the nodes), the nodes as
+they were at the scheduling pass (jobs that started at an earlier pass and had not ended)
+and the rule's choice. Starts of one pass are taken in whichever order the rule explains
+(slurmctld's order within a pass is not recorded), and a job that ended in the same
+second as the pass may or may not have been gone; a start counts if the rule gives its
+nodes either way. Scored for `tree_nodes` (``topology/tree``) and `first_fit_nodes` (the
+lowest nodes with room, the rule before).
+
+    .venv/bin/python bench/slurm_select_check.py bench/results/demo-seeds-80/seed-*
 
 Prints the counts per run kind; the last stdout line is a JSON object.
 """
@@ -73,6 +82,57 @@ def check(folder: Path, run: str, lowest: bool) -> dict[str, int]:
     return out
 
 
+def check_nodes(folder: Path) -> dict[str, int]:
+    """Slurm alone's starts whose nodes each rule gives (see the module notes)."""
+    import numpy as np
+
+    from attentived.agents.placement import first_fit_nodes, tree_nodes
+    from attentived.ops.demo.workload import demo_topology
+
+    topo = demo_topology()
+    rules = {"tree_nodes": lambda j, free: tree_nodes(j, free, topo.node_switch),
+             "lowest_nodes": first_fit_nodes}
+    doc = json.loads((folder / "demo.json").read_text())
+    jobs = [(j["name"], j["live"]) for j in doc["runs"]["slurm"]["jobs"] if j["live"] and j["live"]["gpu_ids"]]
+
+    def nodes_of(r: dict) -> list[int]:
+        return sorted({int(topo.gpu_node[g]) for g in r["gpu_ids"]})
+
+    passes: dict[float, list[tuple[str, dict]]] = {}
+    for name, r in jobs:
+        passes.setdefault(round(r["start"], 2), []).append((name, r))
+    out = dict.fromkeys(rules, 0) | {"starts": len(jobs)}
+    for t, group in sorted(passes.items()):
+        for rule, fn in rules.items():
+            # free GPUs per node without and with the jobs that ended in the pass's second
+            states = [np.full(len(topo.nodes), 8), np.full(len(topo.nodes), 8)]
+            for _, x in jobs:
+                if x["start"] < t - 0.01 and x["end"] > t - 0.01:
+                    for g in x["gpu_ids"]:
+                        states[0][int(topo.gpu_node[g])] -= x["end"] > t + 0.01
+                        states[1][int(topo.gpu_node[g])] -= 1
+            left = list(group)
+            while left:
+                hit = next((i for i, (n, r) in enumerate(left)
+                            if any(_picked(fn, n, r, free) == nodes_of(r) for free in states)), None)
+                if hit is None:
+                    break
+                _, r = left.pop(hit)
+                out[rule] += 1
+                for free in states:
+                    for g in r["gpu_ids"]:
+                        free[int(topo.gpu_node[g])] -= 1
+    return out
+
+
+def _picked(rule, name: str, r: dict, free) -> list[int] | None:
+    from attentived.agents.state import PendingJob
+
+    nodes = len({g // 8 for g in r["gpu_ids"]})
+    got = rule(PendingJob(name, r["user"], r["gpus"], 0.0, 600.0, num_nodes=nodes), free)
+    return None if got is None else sorted(n for n, _ in got)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", type=Path, help="demo --out folders")
@@ -88,7 +148,13 @@ def main() -> int:
     for run, t in total.items():
         print(f"{run:10} unambiguous starts: {t['match']} of {t['starts']} as Slurm chose; "
               f"ambiguous: {t['ambiguous_match']} of {t['ambiguous']}")
-    print(json.dumps({"rule": "lowest free" if a.lowest else "SlurmSelect", "runs": total}))
+    nodes: dict[str, int] = {}
+    for folder in a.folders:
+        for k, v in check_nodes(folder).items():
+            nodes[k] = nodes.get(k, 0) + v
+    print(f"Slurm alone's nodes: tree_nodes gives them on {nodes['tree_nodes']} of {nodes['starts']} starts, "
+          f"the lowest nodes with room on {nodes['lowest_nodes']}")
+    print(json.dumps({"rule": "lowest free" if a.lowest else "SlurmSelect", "runs": total, "nodes": nodes}))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from attentived.agents.slurm_select import SlurmSelect, SlurmSelectPlacer
@@ -107,3 +108,33 @@ def test_a_running_jobs_recorded_socket_counts_as_held(lab_cpus):
     s = make_state(lab_cpus, running=[x], now=1.0)
     assert select.gpus("j", 1, [(1, 1)], s.free, s) == (9,)
     assert select.held("j") == ((1, 0, 1),)
+
+
+def test_topology_tree_takes_the_switch_with_the_fewest_nodes_that_fit(lab_cpus):
+    # Slurm alone, 80-job demo seed 19 at 2.2 s: node1 had 2 free GPUs, node2 4, carol's
+    # 8-GPU job held node3 and node4 was idle. Slurm put alice's 1-GPU job on node4 (leaf
+    # switch sw2 had one node with room, sw1 two), not on node1, the lowest with room.
+    held = [RunningJob("a", "x", tuple(range(6)), 0.0, 0.0, 600.0, cpus=1),
+            RunningJob("b", "x", tuple(range(8, 12)), 0.0, 0.0, 600.0, cpus=1),
+            RunningJob("c", "x", tuple(range(16, 24)), 0.0, 0.0, 600.0, cpus=1)]
+    s = make_state(lab_cpus, running=held)
+    assert SlurmSelectPlacer().place(job("j", 1, cpus=1, nodes=1), s.free, s) == (24,)
+    # with no CPU counts the nodes are the same, the GPUs the lowest free there
+    bare = make_state(uniform(4, 8, nodes_per_switch=2), running=held)
+    assert SlurmSelectPlacer().place(job("j", 2), bare.free, bare) == (24, 25)
+
+
+@pytest.mark.parametrize(("free", "gpus", "nodes", "expected"), [
+    ([2, 4, 0, 8], 1, 1, [(3, 1)]),  # sw2 has one node with room, sw1 two: sw2
+    ([2, 4, 8, 8], 1, 1, [(0, 1)]),  # two each: the first switch, its lowest node
+    ([2, 4, 8, 8], 4, 1, [(1, 4)]),  # a 4-GPU job: sw1 has one node that holds it
+    ([8, 8, 8, 8], 24, 3, [(0, 8), (1, 8), (2, 8)]),  # no leaf holds 3: the first full leaf, then one node of sw2
+    ([0, 8, 8, 8], 16, 2, [(2, 8), (3, 8)]),  # sw1 has one node that fits, sw2 two: sw2 holds the job
+    ([8, 1, 0, 2], 10, None, [(0, 8), (1, 1), (3, 1)]),  # no node holds 10 and no -N: nodes in index order
+    ([1, 1, 1, 1], 4, 2, None),  # 2 per node fits nowhere
+])
+def test_tree_nodes(free, gpus, nodes, expected):
+    from attentived.agents.placement import tree_nodes
+
+    switch = np.array([0, 0, 1, 1])
+    assert tree_nodes(job("j", gpus, nodes=nodes), np.array(free), switch) == expected
