@@ -140,6 +140,9 @@ class PPOConfig:
             raise ValueError("urgency_input needs fairness_range (the urgency is read beside W)")
         if self.teacher not in TEACHER_NAMES:
             raise ValueError(f"teacher must be one of {', '.join(TEACHER_NAMES)}, got {self.teacher!r}")
+        largest = max(n for stage in self.curriculum for n in stage.nodes)
+        if self.agent != "proximity-drl" and largest > self.max_nodes:  # proximity-drl reads max_gpus slots instead
+            raise ValueError(f"max_nodes ({self.max_nodes}) must be at least the curriculum's largest cluster ({largest} nodes)")
         if self.env_workers < 0:
             raise ValueError(f"env_workers must be 0 (step the environments here) or more, got {self.env_workers}")
         for name in ("torch_threads", "update_threads", "num_envs", "num_steps"):

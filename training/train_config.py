@@ -2,7 +2,10 @@
 
 Top-level keys are ``PPOConfig`` fields with plain values (``seed``, ``total_steps``,
 ``learning_rate``, ``train_days = [0, 30]``, ...); ``[reward]`` sets the reward weights
-(``jct``, ``fairness``, ``comm``). Unknown keys and wrong types are errors naming the key.
+(``jct``, ``fairness``, ``comm``); ``[[curriculum]]`` tables, one per stage in order, replace
+the whole curriculum (``start``, the fraction of the steps it begins at, 0 for the first;
+``nodes``, the cluster sizes it draws from; ``jobs`` and ``load``, [low, high] of the window
+length and offered load). Unknown keys and wrong types are errors naming the key.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from .config import PPOConfig
+from .config import PPOConfig, Stage
 from .reward import RewardWeights
 
 _NESTED = {"curriculum", "net", "mlp", "reward"}  # not settable as plain values
@@ -40,6 +43,9 @@ def apply_settings(cfg: PPOConfig, doc: dict[str, Any], source: str = "config") 
         if key == "reward":
             changes["reward"] = _reward(cfg.reward, value, source)
             continue
+        if key == "curriculum":
+            changes["curriculum"] = _curriculum(value, source)
+            continue
         if key not in known or key in _NESTED:
             raise TrainConfigError(f"{source}: {key}: unknown training setting")
         current = getattr(cfg, key)
@@ -62,6 +68,32 @@ def _reward(current: RewardWeights, table: Any, source: str) -> RewardWeights:
         return replace(current, **out)
     except ValueError as e:
         raise TrainConfigError(f"{source}: reward: {e}") from None
+
+
+def _curriculum(stages: Any, source: str) -> tuple[Stage, ...]:
+    if not isinstance(stages, list) or not stages or not all(isinstance(t, dict) for t in stages):
+        raise TrainConfigError(f"{source}: curriculum: must be [[curriculum]] tables, one per stage")
+    out = []
+    for i, table in enumerate(stages, 1):
+        where = f"{source}: curriculum stage {i}"
+        missing = {"start", "nodes", "jobs", "load"} - set(table)
+        unknown = set(table) - {"start", "nodes", "jobs", "load"}
+        if missing or unknown:
+            raise TrainConfigError(f"{where}: needs start, nodes, jobs and load"
+                                   + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""))
+        nodes = table["nodes"]
+        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in nodes):
+            raise TrainConfigError(f"{where}: nodes: expected a list of positive integers, got {nodes!r}")
+        stage = Stage(_coerce(0.0, table["start"], f"{where}: start"), tuple(nodes),
+                      _coerce((0, 0), table["jobs"], f"{where}: jobs"), _coerce((0.0, 0.0), table["load"], f"{where}: load"))
+        if not stage.jobs[0] <= stage.jobs[1] or stage.jobs[0] < 1 or not 0 < stage.load[0] <= stage.load[1]:
+            raise TrainConfigError(f"{where}: jobs and load must be [low, high] with 0 < low <= high")
+        if not (0.0 if i == 1 else out[-1].start) <= stage.start < 1.0 or (i == 1) != (stage.start == 0.0) \
+                or (i > 1 and stage.start <= out[-1].start):
+            raise TrainConfigError(f"{where}: start: the first stage starts at 0 and each later one after the one "
+                                   f"before, below 1, got {stage.start}")
+        out.append(stage)
+    return tuple(out)
 
 
 def _coerce(current: Any, value: Any, where: str) -> Any:

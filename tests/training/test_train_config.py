@@ -67,3 +67,38 @@ def test_the_fairness_range_and_teacher_come_from_a_file_too(tmp_path):
 
     net = KINDS["attentive"].make_net(load_train_config(f))
     assert net.cfg.fairness_input and net.cfg.urgency_input  # the experimental input, when asked for
+
+
+def test_the_curriculum_comes_from_a_file(tmp_path):
+    from attentived.training.config import Stage
+
+    f = tmp_path / "train.toml"
+    f.write_text("max_nodes = 128\n"
+                 "[[curriculum]]\nstart = 0\nnodes = [2, 4]\njobs = [150, 400]\nload = [0.8, 1.4]\n"
+                 "[[curriculum]]\nstart = 0.8\nnodes = [64, 128]\njobs = [1500, 3000]\nload = [0.9, 1.5]\n")
+    cfg = load_train_config(f)
+    assert cfg.curriculum == (Stage(0.0, (2, 4), (150, 400), (0.8, 1.4)), Stage(0.8, (64, 128), (1500, 3000), (0.9, 1.5)))
+    assert cfg.stage(int(0.9 * cfg.total_steps)).nodes == (64, 128)
+
+
+def _stage(**over):
+    return {"start": 0.0, "nodes": [2], "jobs": [10, 20], "load": [1.0, 1.0], **over}
+
+
+@pytest.mark.parametrize(
+    "curriculum, where",
+    [
+        ({"start": 0}, "curriculum: must be \\[\\[curriculum\\]\\] tables"),
+        ([{"start": 0.0, "nodes": [2]}], "stage 1: needs start, nodes, jobs and load"),
+        ([_stage(size=3)], "stage 1: needs start, nodes, jobs and load; unknown: size"),
+        ([_stage(nodes=[2, "x"])], "stage 1: nodes: expected a list of positive integers"),
+        ([_stage(jobs=[20, 10])], "stage 1: jobs and load must be \\[low, high\\]"),
+        ([_stage(start=0.2)], "stage 1: start: the first stage starts at 0"),
+        ([_stage(), _stage(start=0.0)], "stage 2: start: .* after the one before"),
+        ([_stage(), _stage(start=1.0)], "stage 2: start: .* below 1"),
+        ([_stage(nodes=[64])], "max_nodes \\(32\\) must be at least the curriculum's largest cluster \\(64 nodes\\)"),
+    ],
+)
+def test_a_bad_curriculum_names_the_stage(curriculum, where):
+    with pytest.raises(TrainConfigError, match=where):
+        apply_settings(PPOConfig(), {"curriculum": curriculum}, "t.toml")
