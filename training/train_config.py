@@ -73,7 +73,7 @@ def _reward(current: RewardWeights, table: Any, source: str) -> RewardWeights:
 def _curriculum(stages: Any, source: str) -> tuple[Stage, ...]:
     if not isinstance(stages, list) or not stages or not all(isinstance(t, dict) for t in stages):
         raise TrainConfigError(f"{source}: curriculum: must be [[curriculum]] tables, one per stage")
-    out = []
+    out: list[Stage] = []
     for i, table in enumerate(stages, 1):
         where = f"{source}: curriculum stage {i}"
         missing = {"start", "nodes", "jobs", "load"} - set(table)
