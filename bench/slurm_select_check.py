@@ -102,19 +102,21 @@ def check_nodes(folder: Path) -> dict[str, int]:
     for name, r in jobs:
         passes.setdefault(round(r["start"], 2), []).append((name, r))
     out = dict.fromkeys(rules, 0) | {"starts": len(jobs)}
+    whole = np.array([n.num_gpus for n in topo.nodes])
     for t, group in sorted(passes.items()):
+        # free GPUs per node without and with the jobs that ended in the pass's second
+        before = [whole.copy(), whole.copy()]
+        for _, x in jobs:
+            if x["start"] < t - 0.01 and x["end"] > t - 0.01:
+                for g in x["gpu_ids"]:
+                    before[0][int(topo.gpu_node[g])] -= x["end"] > t + 0.01
+                    before[1][int(topo.gpu_node[g])] -= 1
         for rule, fn in rules.items():
-            # free GPUs per node without and with the jobs that ended in the pass's second
-            states = [np.full(len(topo.nodes), 8), np.full(len(topo.nodes), 8)]
-            for _, x in jobs:
-                if x["start"] < t - 0.01 and x["end"] > t - 0.01:
-                    for g in x["gpu_ids"]:
-                        states[0][int(topo.gpu_node[g])] -= x["end"] > t + 0.01
-                        states[1][int(topo.gpu_node[g])] -= 1
+            states = [free.copy() for free in before]
             left = list(group)
             while left:
                 hit = next((i for i, (n, r) in enumerate(left)
-                            if any(_picked(fn, n, r, free) == nodes_of(r) for free in states)), None)
+                            if any(_picked(fn, n, r, len(nodes_of(r)), free) == nodes_of(r) for free in states)), None)
                 if hit is None:
                     break
                 _, r = left.pop(hit)
@@ -125,10 +127,9 @@ def check_nodes(folder: Path) -> dict[str, int]:
     return out
 
 
-def _picked(rule, name: str, r: dict, free) -> list[int] | None:
+def _picked(rule, name: str, r: dict, nodes: int, free) -> list[int] | None:
     from attentived.agents.state import PendingJob
 
-    nodes = len({g // 8 for g in r["gpu_ids"]})
     got = rule(PendingJob(name, r["user"], r["gpus"], 0.0, 600.0, num_nodes=nodes), free)
     return None if got is None else sorted(n for n, _ in got)
 

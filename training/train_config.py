@@ -19,6 +19,7 @@ from .config import PPOConfig, Stage
 from .reward import RewardWeights
 
 _NESTED = {"curriculum", "net", "mlp", "reward"}  # not settable as plain values
+_STAGE_KEYS = {f.name for f in fields(Stage)}  # start, nodes, jobs, load
 
 
 class TrainConfigError(ValueError):
@@ -76,8 +77,8 @@ def _curriculum(stages: Any, source: str) -> tuple[Stage, ...]:
     out: list[Stage] = []
     for i, table in enumerate(stages, 1):
         where = f"{source}: curriculum stage {i}"
-        missing = {"start", "nodes", "jobs", "load"} - set(table)
-        unknown = set(table) - {"start", "nodes", "jobs", "load"}
+        missing = _STAGE_KEYS - set(table)
+        unknown = set(table) - _STAGE_KEYS
         if missing or unknown:
             raise TrainConfigError(f"{where}: needs start, nodes, jobs and load"
                                    + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""))
@@ -88,8 +89,7 @@ def _curriculum(stages: Any, source: str) -> tuple[Stage, ...]:
                       _coerce((0, 0), table["jobs"], f"{where}: jobs"), _coerce((0.0, 0.0), table["load"], f"{where}: load"))
         if not stage.jobs[0] <= stage.jobs[1] or stage.jobs[0] < 1 or not 0 < stage.load[0] <= stage.load[1]:
             raise TrainConfigError(f"{where}: jobs and load must be [low, high] with 0 < low <= high")
-        if not (0.0 if i == 1 else out[-1].start) <= stage.start < 1.0 or (i == 1) != (stage.start == 0.0) \
-                or (i > 1 and stage.start <= out[-1].start):
+        if not (stage.start == 0.0 if i == 1 else out[-1].start < stage.start < 1.0):
             raise TrainConfigError(f"{where}: start: the first stage starts at 0 and each later one after the one "
                                    f"before, below 1, got {stage.start}")
         out.append(stage)
