@@ -21,6 +21,7 @@ import torch
 
 from .features import Context, JobView
 from .mlp import DeepRMNet
+from .objective import PROTECT_OFF
 from .placement import Consolidate
 from .state import PendingJob
 from .two_phase import TwoPhasePolicy
@@ -35,8 +36,10 @@ class DeepRMPolicy(TwoPhasePolicy):
 
     name = "deeprm"
 
-    def __init__(self, net: DeepRMNet, *, deterministic: bool = True, seed: int = 0, threads: int | None = 1) -> None:
-        super().__init__(window=net.window, max_candidates=1, deterministic=deterministic, seed=seed, threads=threads)
+    def __init__(self, net: DeepRMNet, *, deterministic: bool = True, seed: int = 0, threads: int | None = 1,
+                 protect: float = PROTECT_OFF) -> None:
+        super().__init__(window=net.window, max_candidates=1, deterministic=deterministic, seed=seed, threads=threads,
+                         protect=protect)
         self.net = net.eval()
         self._placer = Consolidate()
 

@@ -36,34 +36,36 @@ from .deeprm import DeepRMPolicy
 from .guided import GuidedPortfolio
 from .mlp import DeepRMNet, ProximityNet
 from .networks import AttentiveNet
-from .objective import DEFAULT_FAIRNESS
+from .objective import DEFAULT_FAIRNESS, PROTECT_OFF
 from .placement import Consolidate
 from .policy import Policy, Scheduler
 from .proximity import ProximityPlacer
 
 
-def _attentive(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None) -> AttentivePolicy:
+def _attentive(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None,
+               protect: float = PROTECT_OFF) -> AttentivePolicy:
     assert isinstance(model.net, AttentiveNet)
     try:
         return AttentivePolicy(model.net, fairness, window=model.window, max_candidates=model.max_candidates, seed=seed,
-                               threads=threads)
+                               threads=threads, protect=protect)
     except ValueError as e:  # a setting the model cannot take: the model file's problem
         raise CheckpointError(str(e)) from None
 
 
-def _lookahead(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None) -> Policy:
-    """The look-ahead at W (default `DEFAULT_FAIRNESS`), the network at the same W when
-    it takes the input (and at none when it does not: it only proposes)."""
+def _lookahead(model: LoadedModel, seed: int, threads: int | None, fairness: float | None = None,
+               protect: float = PROTECT_OFF) -> Policy:
+    """The look-ahead at W (default `DEFAULT_FAIRNESS`) and ``protect``, the network at
+    the same W when it takes the input (and at none when it does not: it only proposes)."""
     assert isinstance(model.net, AttentiveNet)
     agent = _attentive(model, seed, threads, fairness if model.net.cfg.fairness_input else None)
     w = DEFAULT_FAIRNESS if fairness is None else fairness
-    return Scheduler(GuidedPortfolio(seed=seed, fairness=w, agent=agent), Consolidate(), backfill=False,
+    return Scheduler(GuidedPortfolio(seed=seed, fairness=w, protect=protect, agent=agent), Consolidate(), backfill=False,
                      name="attentive-lookahead")
 
 
-def _deeprm(model: LoadedModel, seed: int, threads: int | None) -> Policy:
+def _deeprm(model: LoadedModel, seed: int, threads: int | None, protect: float = PROTECT_OFF) -> Policy:
     assert isinstance(model.net, DeepRMNet)
-    return DeepRMPolicy(model.net, seed=seed, threads=threads)
+    return DeepRMPolicy(model.net, seed=seed, threads=threads, protect=protect)
 
 
 def _proximity(model: LoadedModel, seed: int, threads: int | None) -> Policy:
@@ -95,12 +97,12 @@ def default_model_path(policy: str) -> Path:
 
 
 def load_learned(policy: str | None, path: str | os.PathLike[str] | None = None, seed: int = 0,
-                 threads: int | None = 1, fairness: float | None = None) -> Policy:
+                 threads: int | None = 1, fairness: float | None = None, protect: float | None = None) -> Policy:
     """Learned policy ``policy`` (``None``: the one of the model's agent) on a trained
     model: the file at ``path`` (default: the shipped model). A model of another agent is
     refused (`CheckpointError`), so ``--policy deeprm --model attentive.pt`` fails instead
-    of mis-loading. ``fairness`` is the policy's parameter of that name (``None``: not
-    given)."""
+    of mis-loading. ``fairness`` and ``protect`` are the policy's parameters of those names
+    (``None``: not given)."""
     if path is None:
         if policy is None:
             raise ValueError("name a policy or a model file")
@@ -110,7 +112,8 @@ def load_learned(policy: str | None, path: str | os.PathLike[str] | None = None,
     if agent is not None and model.agent != agent:
         raise CheckpointError(f"{path}: a model of the {model.agent} agent, not {agent}; run it as --policy {model.agent}")
     try:
-        params = {} if fairness is None else {"fairness": fairness}
+        given = {"fairness": fairness, "protect": protect}
+        params = {k: v for k, v in given.items() if v is not None}
         return POLICIES[policy or model.agent](model, seed, threads, **params)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None

@@ -43,7 +43,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from .objective import DEFAULT_FAIRNESS, LookAhead, SlowdownTable, Solution, Weights, check_fairness
+from .objective import (
+    DEFAULT_FAIRNESS,
+    PROTECT_OFF,
+    LookAhead,
+    SlowdownTable,
+    Solution,
+    Weights,
+    check_fairness,
+    check_protect,
+)
 from .policy import Ranking
 from .state import ClusterState
 
@@ -105,6 +114,7 @@ class SearchChooser:
     patience: int = 60
     weights: Weights = field(default_factory=Weights)
     fairness: float = DEFAULT_FAIRNESS  # W in [0, 1]: 0 = completion time only, 1 = protect the worst-off users most
+    protect: float = PROTECT_OFF  # a job slowed down this much by its wait goes first, with a reservation (0: off)
     model: str = "backfill"  # the look-ahead's list schedule: "backfill" (EASY) or "serial"
     clock: str = "cpu"  # what budget_ms measures: "cpu" (this thread's CPU time) or "wall"
     min_gain: float = 0.0  # relative improvement a search result needs over the best heuristic start
@@ -114,6 +124,7 @@ class SearchChooser:
 
     def __post_init__(self) -> None:
         self.fairness = check_fairness(self.fairness)
+        self.protect = check_protect(self.protect)
         if self.window < 1:
             raise ValueError(f"window must be at least 1, got {self.window}")
         if self.max_evaluations < 0:
@@ -130,7 +141,8 @@ class SearchChooser:
         if len(state.pending) == 0:
             self.last = SearchStats(0, 0, "trivial", 0.0, 0.0, 0.0, None)
             return Ranking(np.zeros(0, dtype=np.int64))
-        look = LookAhead(state, self.window, self.weights, self._table(state), self.model, self.pack_genes, self.fairness)
+        look = LookAhead(state, self.window, self.weights, self._table(state), self.model, self.pack_genes, self.fairness,
+                         self.protect)
         if look.size == 0:  # nothing in the queue can ever fit: arrival order
             self.last = SearchStats(0, 0, "trivial", time.perf_counter() - t0, 0.0, 0.0, None)
             return Ranking(state.queue.arrival)
@@ -153,7 +165,7 @@ class SearchChooser:
         # The jobs the model starts now go first; the loop may start those and no others.
         now = sched.now
         chosen = set(now)
-        order = tuple(now) + tuple(i for i in best.order if i not in chosen)
+        order = tuple(now) + tuple(i for i in look.ordered(best.order) if i not in chosen)
         n_now = len(now)
         startable = None if n_now >= look.size or n_now == 0 and not self._can_start(look) else n_now
         self.last = SearchStats(look.size, budget.used, budget.stopped_by, time.perf_counter() - t0, first.cost, best.cost, startable)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
-from .objective import DEFAULT_FAIRNESS, check_fairness
+from .objective import DEFAULT_FAIRNESS, check_fairness, check_protect
 from .policy import Policy, Scheduler
 from .slurm_backfill import SlurmBackfill
 from .spec import BadPolicyName, Parameter, PolicySpec, model_file, parse
@@ -71,6 +71,10 @@ FAIRNESS = Parameter(
 AGENT_FAIRNESS = Parameter(
     "fairness", FAIRNESS.summary + "; an input of the network, so only a model trained with it takes it",
     FAIRNESS.accepted, check_fairness, f"{DEFAULT_FAIRNESS:g} (a model trained without the input takes none)")
+PROTECT = Parameter(
+    "protect", "a job whose wait has slowed it down this much ((wait + estimate) / estimate) goes first, with GPUs "
+    "kept for it; only jobs that do not delay it start before it", "0 (off) or a number >= 1", check_protect,
+    "0 (off)")
 MODEL = Parameter("model", "the model file to run (`attentived train --out`)", "an existing model file", model_file,
                   "the shipped model")
 
@@ -127,12 +131,12 @@ BACKFILL_PARAMETERS: dict[str, Parameter] = {
 }
 
 LEARNED_PARAMETERS: dict[str, dict[str, Parameter]] = {
-    "attentive": {"fairness": AGENT_FAIRNESS, "model": MODEL},
-    "attentive-lookahead": {"fairness": FAIRNESS, "model": MODEL},
-    "deeprm": {"model": MODEL},
+    "attentive": {"fairness": AGENT_FAIRNESS, "protect": PROTECT, "model": MODEL},
+    "attentive-lookahead": {"fairness": FAIRNESS, "protect": PROTECT, "model": MODEL},
+    "deeprm": {"protect": PROTECT, "model": MODEL},
     "proximity-drl": {"model": MODEL},
 }
-"""What each learned policy takes; the look-ahead orders take ``fairness`` (`parameters`)."""
+"""What each learned policy takes; the look-ahead orders take ``fairness`` and ``protect`` (`parameters`)."""
 
 
 def _composition(name: str) -> tuple[str, str, bool] | None:
@@ -161,7 +165,7 @@ def parameters(name: str) -> Mapping[str, Parameter] | None:
         return None
     if parts[0] == "slurm-multifactor":
         return {**SLURM_PARAMETERS, **BACKFILL_PARAMETERS} if parts[2] else SLURM_PARAMETERS
-    return {"fairness": FAIRNESS} if parts[0] in SEARCH_ORDERS else {}
+    return {"fairness": FAIRNESS, "protect": PROTECT} if parts[0] in SEARCH_ORDERS else {}
 
 
 def parse_name(text: str) -> PolicySpec:
@@ -206,7 +210,8 @@ def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
 
         path = params.get("model", model)
         policy = load_learned(spec.base, None if path is None else str(path), seed=seed,
-                              fairness=cast("float | None", params.get("fairness")))
+                              fairness=cast("float | None", params.get("fairness")),
+                              protect=cast("float | None", params.get("protect")))
     else:
         order, placer, backfill = parts
         if order == "slurm-multifactor" and backfill:  # Slurm's own backfill, reservations for every job

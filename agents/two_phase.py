@@ -10,6 +10,12 @@ it does for the heuristics' blocked heads. Behind a WAIT, jobs that cannot delay
 job and lose nothing by starting now start anyway (`attentived.agents.behind_wait`): a
 WAIT never idles GPUs for hours while jobs that could use them wait.
 
+With ``protect`` set (off unless given), jobs their wait has slowed down that much go first, in the
+look-ahead's order (`attentived.agents.objective.protected_first`): each that fits starts,
+consolidated; the first that does not gets its GPUs kept, and the network chooses
+among the jobs that fit on the others. A completion-time policy otherwise keeps starting
+one-GPU jobs while a short multi-GPU job waits for GPUs to free at once.
+
 Subclasses say only how they score: `_encode` (the job logits over a `JobView`, ``W``
 slots then WAIT) and `_place` (the GPUs for the chosen job). The attentive agents
 (`attentived.agents.attentive`) and the DeepRM-style baseline (`attentived.agents.deeprm`)
@@ -23,16 +29,24 @@ generator seeded with ``seed``.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from .behind_wait import fill_behind_wait, held
-from .features import Context, FeatureEncoder, JobView, wait_allowed
+from .behind_wait import PLACER, fill_behind_wait, held
+from .features import Context, FeatureEncoder, JobView, start_delays, wait_allowed
 from .fit import Fit
 from .networks import masked
+from .objective import (
+    DEFAULT_FAIRNESS,
+    NO_LIMIT_SECONDS,
+    PROTECT_OFF,
+    check_protect,
+    fairness_weights,
+    protected_first,
+)
 from .plan import Plan, Start
 from .state import ClusterState, PendingJob
 
@@ -68,6 +82,7 @@ class TwoPhasePolicy:
         deterministic: bool = True,
         seed: int = 0,
         threads: int | None = 1,
+        protect: float = PROTECT_OFF,
     ) -> None:
         if threads is not None:
             # Batch-of-one inference on small networks is fastest on one thread: with more,
@@ -75,6 +90,7 @@ class TwoPhasePolicy:
             # encoder layer on 2 busy cores). Process-wide; None leaves torch's setting.
             torch.set_num_threads(threads)
         self.encoder = FeatureEncoder(window, max_candidates)
+        self.protect = check_protect(protect)
         self.deterministic = deterministic
         self._gen = torch.Generator().manual_seed(seed)
 
@@ -88,9 +104,76 @@ class TwoPhasePolicy:
         """The GPUs for ``job`` (in window slot ``slot``), which fits now."""
         raise NotImplementedError
 
+    @property
+    def fairness(self) -> float | None:
+        """The fairness setting W the policy decides with (``None``: it takes none)."""
+        return None
+
     # ---- the Policy protocol ----
 
     def decide(self, state: ClusterState) -> Plan:
+        guarded = self._protected(state) if self.protect else []
+        return self._decide_guarded(state, guarded) if guarded else self._decide(state)
+
+    def _protected(self, state: ClusterState) -> list[str]:
+        """The ids of the jobs ``protect`` puts first, in their order (`protected_first`,
+        with the look-ahead's urgency at the policy's W, `DEFAULT_FAIRNESS` for a model
+        without one)."""
+        q = state.queue
+        if not len(q.gpus):
+            return []
+        ctx = Context.of(state)
+        est = np.where(np.isfinite(ctx.estimate), ctx.estimate, NO_LIMIT_SECONDS)
+        w = DEFAULT_FAIRNESS if self.fairness is None else self.fairness
+        urgency = np.ones(len(est))
+        if w > 0:
+            urgency = (1.0 - w) + w * fairness_weights(state, start_delays(ctx, q.gpus.astype(float)), ctx.estimate)
+        return [state.pending[i].job_id for i in protected_first(state, est, urgency, self.protect).tolist()]
+
+    def _decide_guarded(self, state: ClusterState, guarded: list[str]) -> Plan:
+        """The protected jobs that fit start in order, consolidated; the first that does
+        not is held, and the network's plan is made on the GPUs not kept for it."""
+        starts: list[Start] = []
+        hold = None
+        for job_id in guarded:
+            index = next(i for i, j in enumerate(state.pending) if j.job_id == job_id)
+            job = state.pending[index]
+            usable = Fit.of(state).usable(job, state.free)
+            gpus = PLACER.place(job, usable, state) if job.num_gpus <= int(np.count_nonzero(usable)) else None
+            if gpus is None:
+                hold = held(state, index)
+                if hold is not None:
+                    break
+                continue  # it cannot fit even once every running job ends: skip it, as the loop does
+            gpus = tuple(int(g) for g in gpus)
+            starts.append(Start(job_id, gpus))
+            state = _started(state, index, gpus)
+        if hold is None:
+            rest = self._decide(state)
+            late: list[Start] = []
+        else:
+            kept = state.free.copy()
+            kept[list(hold.gpus)] = False
+            rest = self._decide(replace(state, free=kept))
+            # Jobs whose limits end before the held job is expected to start may use its
+            # GPUs meanwhile (EASY backfill), as the look-ahead's model lets them.
+            free = state.free.copy()
+            for st in rest.starts:
+                free[list(st.gpus)] = False
+            gone = {st.job_id for st in rest.starts}
+            by_id = {j.job_id: j for j in state.pending}
+            late = fill_behind_wait(replace(state, free=free), [by_id[j] for j in rest.order if j not in gone], hold)
+        started = (*starts, *rest.starts, *late)
+        head = tuple(s.job_id for s in started) + ((hold.job_id,) if hold is not None else ())
+        placed = set(head)
+        return Plan(
+            order=head + tuple(j for j in rest.order if j not in placed),
+            starts=started,
+            holds=(hold,) if hold is not None else rest.holds,
+            waited=rest.waited,
+        )
+
+    def _decide(self, state: ClusterState) -> Plan:
         starts: list[Start] = []
         waited = False
         fresh = False  # whether ``view`` and ``enc`` are an encoding of the current state

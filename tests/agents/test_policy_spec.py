@@ -20,10 +20,10 @@ def test_canonical_names_sort_keys_and_write_numbers_plainly(tmp_path):
 
 
 def test_which_policies_take_which_parameters():
-    assert set(parameters("portfolio")) == {"fairness"}
-    assert set(parameters("genetic+first-fit+backfill")) == {"fairness"}  # the order's parameter
-    assert set(parameters("attentive")) == {"fairness", "model"}
-    assert set(parameters("deeprm")) == {"model"}
+    assert set(parameters("portfolio")) == {"fairness", "protect"}
+    assert set(parameters("genetic+first-fit+backfill")) == {"fairness", "protect"}  # the order's parameters
+    assert set(parameters("attentive")) == {"fairness", "protect", "model"}
+    assert set(parameters("deeprm")) == {"protect", "model"}
     assert parameters("sjf+consolidate") == {} and parameters("nope") is None
 
 
@@ -32,9 +32,9 @@ def test_which_policies_take_which_parameters():
     ("portfolio:fairness=nan", "must be a number from 0 to 1"),
     ("portfolio:fairness=0.1,fairness=0.2", "fairness given twice"),
     ("portfolio:fairness", "'fairness' is not KEY=VALUE"),
-    ("portfolio:speed=3", "policy 'portfolio' has no parameter 'speed'; it takes fairness (a number from 0 to 1)"),
+    ("portfolio:speed=3", "policy 'portfolio' has no parameter 'speed'; it takes fairness (a number from 0 to 1), protect"),
     ("tiresias:fairness=0.5", "policy 'tiresias' takes no parameters"),
-    ("deeprm:fairness=0.5", "policy 'deeprm' has no parameter 'fairness'; it takes model"),
+    ("deeprm:fairness=0.5", "policy 'deeprm' has no parameter 'fairness'; it takes protect"),
 ])
 def test_bad_parameters_say_what_is_accepted(text, message):
     with pytest.raises(BadPolicyName) as e:
