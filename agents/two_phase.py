@@ -10,11 +10,11 @@ it does for the heuristics' blocked heads. Behind a WAIT, jobs that cannot delay
 job and lose nothing by starting now start anyway (`attentived.agents.behind_wait`): a
 WAIT never idles GPUs for hours while jobs that could use them wait.
 
-With ``protect`` set (off unless given), jobs their wait has slowed down that much go first, in the
-look-ahead's order (`attentived.agents.objective.protected_first`): each that fits starts,
-consolidated; the first that does not gets its GPUs kept, and the network chooses
-among the jobs that fit on the others. A completion-time policy otherwise keeps starting
-one-GPU jobs while a short multi-GPU job waits for GPUs to free at once.
+With ``protect`` set (off unless given), jobs their wait has slowed down that much go
+first, in the look-ahead's order (`attentived.agents.objective.protected_first`): each
+that fits starts, consolidated; the first that does not gets its GPUs kept, and the
+network chooses among the jobs that fit on the others. A completion-time policy otherwise
+keeps starting one-GPU jobs while a short multi-GPU job waits for GPUs to free at once.
 
 Subclasses say only how they score: `_encode` (the job logits over a `JobView`, ``W``
 slots then WAIT) and `_place` (the GPUs for the chosen job). The attentive agents
@@ -117,8 +117,8 @@ class TwoPhasePolicy:
 
     def _protected(self, state: ClusterState) -> list[str]:
         """The ids of the jobs ``protect`` puts first, in their order (`protected_first`,
-        with the look-ahead's urgency at the policy's W, `DEFAULT_FAIRNESS` for a model
-        without one)."""
+        with the look-ahead cost's urgency at the policy's W, `DEFAULT_FAIRNESS` for a
+        model without one; the time until GPUs come back by `start_delays`)."""
         q = state.queue
         if not len(q.gpus):
             return []
@@ -156,13 +156,16 @@ class TwoPhasePolicy:
             kept[list(hold.gpus)] = False
             rest = self._decide(replace(state, free=kept))
             # Jobs whose limits end before the held job is expected to start may use its
-            # GPUs meanwhile (EASY backfill), as the look-ahead's model lets them.
-            free = state.free.copy()
-            for st in rest.starts:
-                free[list(st.gpus)] = False
+            # GPUs meanwhile (EASY backfill), as the look-ahead's model lets them, on the
+            # state after the network's starts: their GPUs, CPUs, memory and exclusive
+            # nodes booked (highest queue index first, so the others' indices hold).
+            at = {j.job_id: i for i, j in enumerate(state.pending)}
+            after = state
+            for st in sorted(rest.starts, key=lambda st: -at[st.job_id]):
+                after = _started(after, at[st.job_id], st.gpus)
             gone = {st.job_id for st in rest.starts}
             by_id = {j.job_id: j for j in state.pending}
-            late = fill_behind_wait(replace(state, free=free), [by_id[j] for j in rest.order if j not in gone], hold)
+            late = fill_behind_wait(after, [by_id[j] for j in rest.order if j not in gone], hold)
         started = (*starts, *rest.starts, *late)
         head = tuple(s.job_id for s in started) + ((hold.job_id,) if hold is not None else ())
         placed = set(head)

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from attentived.agents.annealing import Annealing
+from attentived.agents.fit import Fit
 from attentived.agents.genetic import Genetic
 from attentived.agents.learned import load_learned
 from attentived.agents.metaheuristic import Portfolio
@@ -21,7 +22,7 @@ from attentived.agents.registry import make_policy, parse_name
 from attentived.agents.spec import BadPolicyName
 from attentived.agents.state import RunningJob, UserStats
 
-from .conftest import job, make_state
+from .conftest import capacity, job, make_state
 
 ALL_CHOOSERS = (Genetic, Annealing, Portfolio)
 
@@ -138,3 +139,29 @@ def test_agents_take_protect_by_name():
     with pytest.raises(BadPolicyName):
         parse_name("proximity-drl:protect=2")
 
+
+
+@pytest.mark.parametrize("request_kind", ["cpus", "exclusive"])
+def test_behind_the_agents_hold_later_starts_respect_what_earlier_ones_took(lab, request_kind):
+    """Protected P (8 h100 GPUs, only node 0 has them) is held; node 1 is idle. X, whose
+    request takes node 1 whole (all its CPUs, or --exclusive), and Y both fit there one at
+    a time. The plan's starts must be startable in their order, as Slurm would check."""
+    now = 10_000.0
+    running = [RunningJob("r0", "x", (0, 1, 2, 3), now - 600, now - 600, 660.0),
+               RunningJob("r2", "x", tuple(range(16, 24)), now - 600, now - 600, 86_400.0),
+               RunningJob("r3", "x", tuple(range(24, 32)), now - 600, now - 600, 86_400.0)]
+    nodes = capacity(lab, cpus=64, gpu_type=["h100", "a100", "a100", "a100"], idle=[False, True, False, False])
+    x = {"cpus": 64} if request_kind == "cpus" else {"exclusive": True}
+    pending = [job("P", gpus=8, user="sue", submit=now - 3600, limit=900.0, gpu_type="h100"),
+               job("X", gpus=1, user="bob", submit=now - 30, limit=4 * 3600.0, **x),
+               job("Y", gpus=1, user="bob", submit=now - 20, limit=4 * 3600.0, cpus=8)]
+    users = {u: UserStats(jobs=5, gpu_seconds=3000, wait_seconds=0, run_seconds=3000) for u in ("sue", "bob")}
+    s = make_state(lab, pending, running=running, now=now, users=users, nodes=nodes)
+    plan = agent(protect=3.0).decide(s)
+    assert [h.job_id for h in plan.holds] == ["P"] and plan.starts
+    fit, free = Fit.of(s), s.free.copy()
+    by_id = {j.job_id: j for j in s.pending}
+    for st in plan.starts:
+        usable = fit.usable(by_id[st.job_id], free)
+        assert usable[list(st.gpus)].all(), f"{st.job_id} on {st.gpus}: not startable after the starts before it"
+        free[list(fit.take(by_id[st.job_id], st.gpus))] = False
