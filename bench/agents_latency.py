@@ -88,6 +88,7 @@ def main() -> None:
     guarded = load_learned("attentive", args.model, protect=GUARDED)
     lookahead = load_learned("attentive-lookahead", args.model)
     lookahead.decide(states[0])
+    guarded.decide(states[0])
     choose_ms, decide_ms, guarded_ms, lookahead_ms, starts = [], [], [], [], []
     for s in states:
         t0 = time.perf_counter()
