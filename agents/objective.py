@@ -53,8 +53,9 @@ microseconds, so the model is deliberately coarse:
   which the cost used to carry, did, and stays a reported metric only). The second is
   the fraction of the window's GPU time lost to spread placements.
 
-* **Protected jobs** (``protect`` = S > 0; off by default): a window job whose wait has slowed it down S times by estimate, ``(wait + estimate) /
-  estimate``, is first in every order the model plays (`LookAhead.ordered`; among them the cost's own order), so the
+* **Protected jobs** (``protect`` = S > 0; off by default): a window job whose wait has
+  slowed it down S times by estimate, ``(wait + estimate) / estimate``, is first in every
+  order the model plays (`LookAhead.ordered`; among them the cost's own order), so the
   list schedule reserves for the first that does not fit (`protected_first`).
 
 The jobs the model starts *now* (`Schedule.now`) are the decision: the chooser ranks them
@@ -124,7 +125,8 @@ def protected_first(state: ClusterState, est: np.ndarray, urgency: np.ndarray, p
     """Queue indices of the pending jobs their wait has slowed down by ``protect`` at least
     (wait so far + estimate, over the estimate floored at `MIN_SCALE_SECONDS`), in the
     order they go first: the blended cost's own (estimate / ``urgency``, Smith's rule; by
-    estimate alone at W = 0), then arrival. ``est`` and ``urgency`` are per pending job.
+    estimate alone at W = 0), then arrival. ``est`` and ``urgency`` are per pending job;
+    a job without a limit (``est`` infinite) counts as running `NO_LIMIT_SECONDS`.
 
     Why a guard and not a weight: a completion-time objective starts a one-GPU job on every
     GPU that frees while a short job of two or four GPUs waits for them to free at once;
@@ -138,6 +140,7 @@ def protected_first(state: ClusterState, est: np.ndarray, urgency: np.ndarray, p
     if not protect or not len(est):
         return np.zeros(0, np.int64)
     q = state.queue
+    est = np.where(np.isfinite(est), est, NO_LIMIT_SECONDS)
     slowed = (np.maximum(state.now - q.submit, 0.0) + est) / np.maximum(est, MIN_SCALE_SECONDS)
     rows = np.flatnonzero(slowed >= protect)
     return rows[np.lexsort((q.seq[rows], est[rows] / np.maximum(urgency[rows], 1e-9)))]
@@ -319,7 +322,7 @@ class LookAhead:
                 shaped[r] = (per, job.num_nodes)
             return True
 
-        guarded = protected_first(state, est, urgency, self.protect) if self.protect else np.zeros(0, np.int64)
+        guarded = protected_first(state, est, urgency, self.protect)
         orders = [fifo, sjf, fair]
         if len(guarded):
             orders.append(guarded)  # the protected jobs enter the window

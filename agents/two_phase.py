@@ -41,7 +41,6 @@ from .fit import Fit
 from .networks import masked
 from .objective import (
     DEFAULT_FAIRNESS,
-    NO_LIMIT_SECONDS,
     PROTECT_OFF,
     check_protect,
     fairness_weights,
@@ -123,12 +122,11 @@ class TwoPhasePolicy:
         if not len(q.gpus):
             return []
         ctx = Context.of(state)
-        est = np.where(np.isfinite(ctx.estimate), ctx.estimate, NO_LIMIT_SECONDS)
         w = DEFAULT_FAIRNESS if self.fairness is None else self.fairness
-        urgency = np.ones(len(est))
+        urgency = np.ones(len(q.gpus))
         if w > 0:
             urgency = (1.0 - w) + w * fairness_weights(state, start_delays(ctx, q.gpus.astype(float)), ctx.estimate)
-        return [state.pending[i].job_id for i in protected_first(state, est, urgency, self.protect).tolist()]
+        return [state.pending[i].job_id for i in protected_first(state, ctx.estimate, urgency, self.protect).tolist()]
 
     def _decide_guarded(self, state: ClusterState, guarded: list[str]) -> Plan:
         """The protected jobs that fit start in order, consolidated; the first that does
@@ -164,8 +162,7 @@ class TwoPhasePolicy:
             for st in sorted(rest.starts, key=lambda st: -at[st.job_id]):
                 after = _started(after, at[st.job_id], st.gpus)
             gone = {st.job_id for st in rest.starts}
-            by_id = {j.job_id: j for j in state.pending}
-            late = fill_behind_wait(after, [by_id[j] for j in rest.order if j not in gone], hold)
+            late = fill_behind_wait(after, [state.pending[at[j]] for j in rest.order if j not in gone], hold)
         started = (*starts, *rest.starts, *late)
         head = tuple(s.job_id for s in started) + ((hold.job_id,) if hold is not None else ())
         placed = set(head)

@@ -77,9 +77,10 @@ def test_protected_jobs_go_first_in_the_costs_order_in_every_order(lab):
 
 
 def test_a_protected_job_that_fits_now_starts_first(lab):
-    s = one_gpu_free(lab)
+    s = one_gpu_free(lab, backfill_limit=900.0)  # Bob's jobs as short as Sue's
     running = [r for r in s.running if r.gpus[0] != 1]  # a second GPU free, on node 0
     s = make_state(lab, s.pending, running=running, now=s.now, users=s.users)
+    assert started(s, Portfolio(fairness=0.0, protect=0)) == ["bob0", "bob1"]  # off: two jobs done sooner than one
     assert started(s, Portfolio(fairness=0.0, protect=3.0)) == ["sue"]
 
 
