@@ -82,6 +82,32 @@ class Relay:
         return next_pass(decided + self.delay, self.every, self.phase)
 
 
+@dataclass(frozen=True)
+class MainPasses:
+    """Slurm's main scheduler, on a clock of its own: ``offset`` seconds after each of the
+    engine's passes (its ``cadence`` grid, where the policy decides in full, as
+    slurmctld's backfill does), ``policy`` decides again, and only its plan's head starts:
+    the jobs of its priority order up to the first that it does not start. slurmctld's
+    main loop starts jobs in priority order and stops at the first that does not fit; its
+    thread sleeps a second between passes, as the backfill thread does, at a phase of its
+    own (on the lab 0.1-0.6 s after the backfill pass, docs/demo.md). ``policy`` is
+    normally the engine's own instance: both loops read the same priorities."""
+
+    offset: float
+    policy: Policy
+
+    def head(self, plan: Plan) -> Plan:
+        """``plan`` cut to the starts of its order's head (see the class docstring)."""
+        by_id = {s.job_id: s for s in plan.starts}
+        head = []
+        for job_id in plan.order:
+            start = by_id.get(job_id)
+            if start is None:
+                break
+            head.append(start)
+        return Plan(order=plan.order, starts=tuple(head))
+
+
 class PolicyError(RuntimeError):
     """The policy returned a plan that cannot be carried out (a bug in the policy)."""
 
@@ -205,6 +231,10 @@ class Simulation:
     the engine does not know. On the lab two 8-GPU jobs submitted together onto an idle
     queue both started in their second, where a replay deciding at the pass held one back
     for the 1-GPU jobs that arrived with them.
+
+    ``main`` (`MainPasses`, or ``None``: off; needs ``cadence``) adds Slurm's main
+    scheduler between the passes: at ``phase + main.offset + k * cadence`` it starts the
+    head of ``main.policy``'s plan.
     """
 
     def __init__(
@@ -220,9 +250,14 @@ class Simulation:
         at_submit: Policy | None = None,
         relay: Relay | None = None,
         overhead: float = 0.0,
+        main: MainPasses | None = None,
     ) -> None:
         if not 0 <= cadence < math.inf:
             raise ValueError(f"cadence must be a number of seconds >= 0, got {cadence!r}")
+        if main is not None and not 0 < main.offset < cadence:
+            raise ValueError(f"main passes need a cadence and an offset strictly inside it, got offset "
+                             f"{main.offset!r} with cadence {cadence!r}")
+        self.main = main
         if not math.isfinite(phase):
             raise ValueError(f"phase must be a finite number of seconds, got {phase!r}")
         if not 0 <= overhead < math.inf:
@@ -329,6 +364,14 @@ class Simulation:
             if self._pending and np.count_nonzero(self._free) >= min(self._sizes):
                 if self.cadence:
                     at = next_pass(self.now, self.cadence, self.phase)
+                    if self.main is not None and at > self.now:
+                        main_at = next_pass(self.now, self.cadence, self.phase + self.main.offset)
+                        if main_at == self.now:
+                            self._main_pass()
+                            if not (self._pending and np.count_nonzero(self._free) >= min(self._sizes)):
+                                continue
+                            main_at += self.cadence
+                        at = min(at, main_at)
                     if at > self.now:
                         if at != self._pass_at:
                             self._pass_at = at
@@ -430,6 +473,13 @@ class Simulation:
         starts = self.at_submit.decide(self.snapshot()).starts
         if starts:
             self.apply(Plan(order=(job.job_id,), starts=starts))
+
+    def _main_pass(self) -> None:
+        """Start the head of the main scheduler's plan (`MainPasses`)."""
+        assert self.main is not None
+        plan = self.main.head(self.main.policy.decide(self.snapshot()))
+        if plan.starts:
+            self.apply(plan)
 
     def _finish(self, job_id: str) -> None:
         run = self._running.pop(job_id)

@@ -359,16 +359,18 @@ def test_a_prediction_is_the_mean_over_slurms_phases(workload):
 
 def _replay_at(workload, clocks, phase):
     from attentived.agents.registry import make_policy
-    from attentived.simulator.engine import Simulation
+    from attentived.simulator.engine import MainPasses, Simulation
 
-    return list(Simulation(workload.sim_jobs(), TOPO, make_policy("slurm", 0), cadence=clocks.slurm_pass,
-                           phase=phase, overhead=clocks.job_overhead).run().records)
+    slurm = make_policy("slurm", 0)
+    return list(Simulation(workload.sim_jobs(), TOPO, slurm, cadence=clocks.slurm_pass, phase=phase,
+                           overhead=clocks.job_overhead, main=MainPasses(clocks.main_offset, slurm)).run().records)
 
 
 def test_a_job_of_whole_seconds_frees_its_gpus_for_the_drifting_pass_only_if_long_enough(workload):
     """Slurm's passes come a little over a second apart and a job's record runs 0.03 s
     beyond its sleep: a 40 s job ends before the pass 40 passes after its start, a 4 s
-    job just after the pass 4 passes later, so the job behind it waits one more pass."""
+    job just after the pass 4 passes later, so the job behind it waits for the main
+    scheduler's pass after that one (`MainPasses`)."""
     from dataclasses import replace
 
     from attentived.topology.shape import uniform
@@ -376,11 +378,11 @@ def test_a_job_of_whole_seconds_frees_its_gpus_for_the_drifting_pass_only_if_lon
     one_node = uniform(1, 8)
     clocks = LiveClocks(slurm_pass=1.0025, job_overhead=0.03, phases=1)
     base = replace(workload.jobs[0], num_gpus=8, num_nodes=1, slowdowns={})
-    for first, passes_later in ((40.0, 40), (4.0, 5)):
+    for first, later in ((40.0, 40 * 1.0025), (4.0, 4 * 1.0025 + clocks.main_offset)):
         jobs = (replace(base, index=0, submit=0.0, duration=first), replace(base, index=1, submit=0.1))
         a, b = predict(replace(workload, jobs=jobs), "slurm", one_node, clocks=clocks).records
         assert a.end_time - a.start_time == pytest.approx(first + 0.03)
-        assert b.start_time - a.start_time == pytest.approx(passes_later * 1.0025)
+        assert b.start_time - a.start_time == pytest.approx(later)
 
 
 def test_mean_summary():

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attentived.agents.registry import ALL, make_policy
-from attentived.simulator.engine import Relay, SimJob, Simulation, prepare_jobs
+from attentived.simulator.engine import MainPasses, Relay, SimJob, Simulation, prepare_jobs
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import TraceJob
 from attentived.topology import uniform
@@ -175,6 +175,26 @@ def test_a_relay_starts_the_decided_jobs_at_its_next_pass_and_holds_their_gpus_m
     for bad in ({"every": 0.0}, {"every": 1.0, "delay": -0.1}, {"every": 1.0, "phase": float("inf")}):
         with pytest.raises(ValueError, match="relay"):
             Relay(**bad)
+
+
+def test_main_passes_start_the_head_of_the_priority_order_between_the_passes():
+    """Slurm alone's two loops: backfill at the passes (1.0, 2.0, ...), the main scheduler
+    0.3 s after each. a (1 GPU) arrives at 0.05 and starts at the main pass at 0.3; b (2
+    GPUs) is next in FIFO order and does not fit beside a, so the main pass stops there,
+    and c (1 GPU, behind b, ending in time) is backfilled at the full pass at 1.0. Without
+    main passes a starts at 1.0 too."""
+    topo = uniform(1, 2)
+    jobs = [SimJob(tj("a", 0.05, 10.0, gpus=1), 20.0, "resnet50"), SimJob(tj("b", 0.1, 2.0, gpus=2), 20.0, "resnet50"),
+            SimJob(tj("c", 0.2, 1.0, gpus=1), 5.0, "resnet50")]
+    fifo = make_policy("fifo+backfill")
+    recs = {r.job_id: r for r in Simulation(jobs, topo, fifo, cadence=1.0, main=MainPasses(0.3, fifo)).run().records}
+    assert (recs["a"].start_time, recs["c"].start_time) == pytest.approx((0.3, 1.0))
+    assert recs["b"].start_time >= recs["a"].end_time
+    alone = {r.job_id: r.start_time for r in Simulation(jobs, topo, make_policy("fifo+backfill"), cadence=1.0).run().records}
+    assert (alone["a"], alone["c"]) == pytest.approx((1.0, 1.0))
+    for cadence, offset in ((0.0, 0.3), (1.0, 0.0), (1.0, 1.0), (1.0, -0.2)):
+        with pytest.raises(ValueError, match="main passes"):
+            Simulation(jobs, topo, fifo, cadence=cadence, main=MainPasses(offset, fifo))
 
 
 def test_an_overhead_lengthens_every_run():
