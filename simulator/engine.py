@@ -257,12 +257,12 @@ class Simulation:
         if main is not None and not 0 < main.offset < cadence:
             raise ValueError(f"main passes need a cadence and an offset strictly inside it, got offset "
                              f"{main.offset!r} with cadence {cadence!r}")
-        self.main = main
         if not math.isfinite(phase):
             raise ValueError(f"phase must be a finite number of seconds, got {phase!r}")
         if not 0 <= overhead < math.inf:
             raise ValueError(f"overhead must be a number of seconds >= 0, got {overhead!r}")
         self.at_submit = at_submit
+        self.main = main
         self.relay = relay
         self.overhead = overhead
         self.phase = phase
@@ -361,16 +361,19 @@ class Simulation:
                     finished_any = True
             if finished_any and self.progress is not None:
                 self.progress(len(self._records))
-            if self._pending and np.count_nonzero(self._free) >= min(self._sizes):
+            if self._some_job_fits():
                 if self.cadence:
                     at = next_pass(self.now, self.cadence, self.phase)
                     if self.main is not None and at > self.now:
-                        main_at = next_pass(self.now, self.cadence, self.phase + self.main.offset)
+                        main_phase = self.phase + self.main.offset
+                        main_at = next_pass(self.now, self.cadence, main_phase)
                         if main_at == self.now:
                             self._main_pass()
-                            if not (self._pending and np.count_nonzero(self._free) >= min(self._sizes)):
+                            if not self._some_job_fits():
                                 continue
-                            main_at += self.cadence
+                            # the next main pass, from next_pass itself: a sum of floats
+                            # could miss the grid by a hair and no longer be "on" a pass
+                            main_at = next_pass(self.now + self.cadence / 2, self.cadence, main_phase)
                         at = min(at, main_at)
                     if at > self.now:
                         if at != self._pass_at:
@@ -473,6 +476,11 @@ class Simulation:
         starts = self.at_submit.decide(self.snapshot()).starts
         if starts:
             self.apply(Plan(order=(job.job_id,), starts=starts))
+
+    def _some_job_fits(self) -> bool:
+        """Whether a pending job could fit the free GPUs by count: else no decision can
+        start anything."""
+        return bool(self._pending) and int(np.count_nonzero(self._free)) >= min(self._sizes)
 
     def _main_pass(self) -> None:
         """Start the head of the main scheduler's plan (`MainPasses`)."""
