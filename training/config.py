@@ -97,6 +97,10 @@ class PPOConfig:
     val_episodes: int = 3
     val_jobs: int = 600
     val_nodes: int = 8
+    # (nodes, jobs) of one more validation window, at the scale a frontier curriculum ends
+    # at; (0, 0): none. Judged on 8 nodes alone, every frontier run kept a checkpoint from
+    # before its large stage (docs/agents.md, "Training up to 64-128 nodes").
+    val_large: tuple[int, int] = (0, 0)
     val_every: int = 15  # updates
     checkpoint_every: int = 10  # updates
 
@@ -136,6 +140,8 @@ class PPOConfig:
     def __post_init__(self) -> None:
         if self.fairness_range is not None and not 0.0 <= self.fairness_range[0] <= self.fairness_range[1] <= 1.0:
             raise ValueError(f"fairness_range must be [lo, hi] within [0, 1], got {list(self.fairness_range)}")
+        if min(self.val_large) < 0 or (self.val_large[0] > 0) != (self.val_large[1] > 0):
+            raise ValueError(f"val_large must be [nodes, jobs], both positive, or [0, 0] for none, got {list(self.val_large)}")
         if self.urgency_input and self.fairness_range is None:
             raise ValueError("urgency_input needs fairness_range (the urgency is read beside W)")
         if self.teacher not in TEACHER_NAMES:

@@ -107,13 +107,20 @@ def load_training_trace(cfg: PPOConfig) -> Trace:
     return load_trace(sample_path(name) if not Path(name).suffix else name)
 
 
-def validation_episodes(cfg: PPOConfig, trace: Trace) -> list[Episode]:
-    """Fixed windows from the validation days (``val_jobs`` jobs on ``val_nodes`` nodes),
-    near saturation, where scheduling decisions matter most."""
+def validation_episodes(cfg: PPOConfig, trace: Trace) -> list[list[Episode]]:
+    """Fixed windows from the validation days, near saturation, where scheduling decisions
+    matter most, in groups judged alike: ``val_episodes`` windows of ``val_jobs`` jobs on
+    ``val_nodes`` nodes and, when ``val_large`` names (nodes, jobs), one window at that
+    scale (drawn after the others, so they stay the same windows with or without it)."""
+    rng = np.random.default_rng(12345)
     jobs = (cfg.val_jobs, cfg.val_jobs)
     sampler = TraceWindows(trace, days=cfg.val_days, jobs=jobs, nodes=(cfg.val_nodes,), load=(1.0, 1.3))
-    rng = np.random.default_rng(12345)
-    return [sampler(rng) for _ in range(cfg.val_episodes)]
+    groups = [[sampler(rng) for _ in range(cfg.val_episodes)]]
+    nodes, large_jobs = cfg.val_large
+    if nodes:
+        large = TraceWindows(trace, days=cfg.val_days, jobs=(large_jobs, large_jobs), nodes=(nodes,), load=(1.0, 1.3))
+        groups.append([large(rng)])
+    return groups
 
 
 def score(records: Sequence[JobRecord], num_gpus: int, weights: RewardWeights,
@@ -134,11 +141,15 @@ the knob must work across its range, and W = 1's fairness term keeps a model tha
 a user from being chosen."""
 
 
-def _validate(cfg: PPOConfig, model: LoadedModel, episodes: Sequence[Episode], envs: VectorEnv) -> float:
-    """The mean score of ``model`` over the validation episodes at each of its settings, the
-    runs spread over the environment workers (idle between rollouts)."""
+def _validate(cfg: PPOConfig, model: LoadedModel, groups: Sequence[Sequence[Episode]], envs: VectorEnv) -> float:
+    """The mean over the validation groups (`validation_episodes`) of the mean score of
+    ``model`` over a group's episodes at each of its settings: a scale with one window
+    weighs as much as one with three. The runs are spread over the environment workers
+    (idle between rollouts)."""
     settings = VALIDATION_FAIRNESS if cfg.fairness_range is not None else (None,)
-    return float(np.mean(envs.map(_validation_score, [(cfg, model, e, w) for w in settings for e in episodes])))
+    runs = [(cfg, model, e, w) for group in groups for w in settings for e in group]
+    scores = iter(envs.map(_validation_score, runs))
+    return float(np.mean([np.mean([next(scores) for _ in range(len(settings) * len(group))]) for group in groups]))
 
 
 def _validation_score(run: tuple[PPOConfig, LoadedModel, Episode, float | None]) -> float:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def test_config_derived_sizes_and_curriculum():
 def test_teacher_picks_the_smallest_gpu_time_then_consolidates(tmp_path):
     cfg = tiny_config(tmp_path)
     trace = load_trace(cfg.train_trace)
-    ep = validation_episodes(cfg, trace)[0]
+    ep = validation_episodes(cfg, trace)[0][0]
     env = SchedulingEnv(FixedEpisode(ep), window=8, max_nodes=2)
     env.reset(seed=0)
     for _ in range(60):
@@ -161,18 +162,25 @@ def test_short_training_beats_random_placement(tmp_path):
 def test_validation_windows_come_from_the_validation_days(tmp_path):
     cfg = tiny_config(tmp_path)
     trace = load_trace(cfg.train_trace)
-    (ep,) = validation_episodes(cfg, trace)
+    ((ep,),) = validation_episodes(cfg, trace)
     ids = {s.job.job_id for s in ep.jobs}
     in_days = {j.job_id for j in trace.jobs if cfg.val_days[0] * 86_400 <= j.submit_time < cfg.val_days[1] * 86_400}
     assert ids <= in_days and isinstance(ep, Episode)
+
+
+def test_a_large_validation_window_is_a_group_of_its_own_and_keeps_the_others(tmp_path):
+    cfg = tiny_config(tmp_path)
+    trace = load_trace(cfg.train_trace)
+    ((small,),) = validation_episodes(cfg, trace)
+    (same,), (large,) = validation_episodes(replace(cfg, val_large=(3, 25)), trace)
+    assert [s.job.job_id for s in same.jobs] == [s.job.job_id for s in small.jobs]
+    assert len(large.topology.nodes) == 3 and len(large.jobs) == 25 and len(small.topology.nodes) == 2
 
 
 @pytest.mark.parametrize("agent", ["deeprm", "proximity-drl"])
 def test_the_same_loop_trains_the_drl_baselines(tmp_path, agent):
     """One PPO loop, reward and data for every agent: each baseline trains, validates, saves
     a model of its own kind, and is reproducible under the seed."""
-    from dataclasses import replace
-
     from attentived.agents.checkpoint import CheckpointError, load_model
     from attentived.agents.learned import load_learned
     from attentived.training.kinds import kind_defaults

@@ -37,6 +37,8 @@ def test_toml_sets_plain_fields_and_reward_weights(tmp_path):
         ({"env_workers": -1}, "env_workers must be 0 \\(step the environments here\\) or more, got -1"),
         ({"update_threads": 0}, "update_threads must be at least 1, got 0"),
         ({"num_envs": 0}, "num_envs must be at least 1"),
+        ({"val_large": [64, 0]}, "val_large must be \\[nodes, jobs\\], both positive, or \\[0, 0\\] for none"),
+        ({"val_large": [64]}, "val_large: expected a list of 2"),
     ],
 )
 def test_bad_settings_name_the_key(doc, where):
