@@ -72,6 +72,9 @@ class Daemon:
                     if pred(self.events[i]):
                         return i
                 left = deadline - time.monotonic()
+                if left <= 0 or self.p.poll() is not None:
+                    # whole in the report's captured output: pytest shortens an assertion's message
+                    print(f"waited for {what}; the daemon's last lines:\n" + "".join(self.raw[-60:]))
                 assert left > 0 and self.p.poll() is None, (what, self.p.poll(), "".join(self.raw[-30:]))
                 self.cond.wait(min(left, 0.2))
 
