@@ -113,13 +113,14 @@ def validation_episodes(cfg: PPOConfig, trace: Trace) -> list[list[Episode]]:
     ``val_nodes`` nodes and, when ``val_large`` names (nodes, jobs), one window at that
     scale (drawn after the others, so they stay the same windows with or without it)."""
     rng = np.random.default_rng(12345)
-    jobs = (cfg.val_jobs, cfg.val_jobs)
-    sampler = TraceWindows(trace, days=cfg.val_days, jobs=jobs, nodes=(cfg.val_nodes,), load=(1.0, 1.3))
-    groups = [[sampler(rng) for _ in range(cfg.val_episodes)]]
-    nodes, large_jobs = cfg.val_large
-    if nodes:
-        large = TraceWindows(trace, days=cfg.val_days, jobs=(large_jobs, large_jobs), nodes=(nodes,), load=(1.0, 1.3))
-        groups.append([large(rng)])
+
+    def windows(nodes: int, jobs: int, count: int) -> list[Episode]:
+        sampler = TraceWindows(trace, days=cfg.val_days, jobs=(jobs, jobs), nodes=(nodes,), load=(1.0, 1.3))
+        return [sampler(rng) for _ in range(count)]
+
+    groups = [windows(cfg.val_nodes, cfg.val_jobs, cfg.val_episodes)]
+    if cfg.val_large[0]:
+        groups.append(windows(*cfg.val_large, 1))
     return groups
 
 
