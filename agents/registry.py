@@ -128,6 +128,9 @@ BACKFILL_PARAMETERS: dict[str, Parameter] = {
                            "a number of seconds > 0", _positive, "86400"),
     "bf_max_job_test": Parameter("bf_max_job_test", "pending jobs the backfill considers, in priority order",
                                  "a whole number >= 1", _count, "500"),
+    "bf_clock_phase": Parameter("bf_clock_phase", "slurmctld's clock at the replay's start, modulo 30 s (the will-run "
+                                "test behind each reservation batches running jobs' ends in windows from its multiples "
+                                "of 30 s)", "a number of seconds >= 0", _non_negative, "0"),
 }
 
 LEARNED_PARAMETERS: dict[str, dict[str, Parameter]] = {

@@ -21,6 +21,11 @@ their GPUs the reserved job leaves free (on the lab, counting only the reserved 
 backfilled 1-GPU jobs that Slurm kept waiting). Jobs that start now take their GPUs only,
 as running jobs share nodes. Nodes are taken as topology/tree takes them (`tree_nodes`). A job that
 starts now is placed by the placer among the GPUs no reservation needs while it runs.
+
+A reservation starts when slurmctld's will-run test says, which takes the running jobs'
+ends in batches (`will_run_batches`), so it often starts later than the first moment the
+job would fit, and leaves room for more jobs before it. The batches are taken over all
+running jobs, where slurmctld takes only those on nodes the job may use.
 """
 
 from __future__ import annotations
@@ -44,13 +49,16 @@ __all__ = ["SlurmBackfill"]
 class SlurmBackfill:
     """``chooser``'s priority order run through Slurm's backfill (see the module notes):
     ``max_job_test`` jobs at most (``bf_max_job_test``), reservations within ``window``
-    seconds (``bf_window``), on a ``resolution``-second grid (``bf_resolution``)."""
+    seconds (``bf_window``), on a ``resolution``-second grid (``bf_resolution``), their
+    starts where the will-run test puts them, its windows ``clock_phase`` seconds off the
+    replay's clock (`will_run_batches`)."""
 
     chooser: JobChooser
     placer: Placer
     max_job_test: int = 500
     window: float = 86_400.0
     resolution: float = 60.0
+    clock_phase: float = 0.0
     name: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -63,7 +71,7 @@ class SlurmBackfill:
 
     def decide(self, state: ClusterState) -> Plan:
         order = self.chooser.rank(state).order
-        plan = _Timeline.of(state, self.resolution)
+        plan = _Timeline(state, self.resolution, self.clock_phase)
         fit = Fit.of(state)
         free = state.free.copy()
         horizon = state.now + self.window
@@ -93,36 +101,89 @@ class SlurmBackfill:
         return Plan(order=OrderView(state.pending, order), starts=tuple(starts))
 
 
+#: The first window, in seconds, in which slurmctld's will-run test takes running jobs' ends
+#: together (``time_window`` in ``_will_run_test``, src/plugins/select/cons_common/job_test.c).
+WILL_RUN_WINDOW = 30.0
+
+
+def will_run_batches(ends: list[float], clock_phase: float = 0.0) -> list[float]:
+    """For each of ``ends`` (ascending), when slurmctld's will-run test gives its GPUs back:
+    the last end of its batch.
+
+    To find when a pending job can start, the select plugin takes the running jobs off the
+    cluster in order of end, a batch at a time, and reports the last end of the first batch
+    after which the job fits. The first batch runs to 30 s past the first end's next
+    multiple of 30 s (on slurmctld's clock, which reads ``clock_phase`` at the replay's 0);
+    the window then doubles, and doubles again until it reaches the next end, for each
+    further batch. So a pending job fitting after one end is promised the batch's last:
+    on the lab a 2-GPU job (seed 19) was reserved for when a 2-minute job would end, not
+    for the 1-minute job ending beside it, and a 1-GPU job ran before that reservation."""
+    out = list(ends)
+    if not ends:
+        return out
+    barrier = ends[0] + WILL_RUN_WINDOW - (ends[0] + clock_phase) % WILL_RUN_WINDOW
+    window = WILL_RUN_WINDOW
+    i, n = 0, len(ends)
+    while i < n:
+        j = i
+        while j + 1 < n and ends[j + 1] <= barrier + window:
+            j += 1
+        out[i : j + 1] = [ends[j]] * (j + 1 - i)
+        i = j + 1
+        window *= 2
+        while i < n and ends[i] > barrier + window:
+            window *= 2
+    return out
+
+
 class _Timeline:
     """Free GPUs per node over time: row i holds each node's free GPUs from ``times[i]``
-    until ``times[i + 1]`` (the last row: from then on). Row 0 starts now; running jobs
-    give their GPUs back at their time limits, reservations take them for theirs."""
+    until ``times[i + 1]`` (the last row: from then on). Row 0 starts now; running jobs,
+    and those started in this pass, give their GPUs back at their time limits as the
+    will-run test batches them (`will_run_batches`); reservations take whole nodes for
+    theirs. A start changes the batches, so the rows are rebuilt from both lists then."""
 
-    def __init__(self, state: ClusterState, times: list[float], free: np.ndarray, resolution: float) -> None:
+    def __init__(self, state: ClusterState, resolution: float, clock_phase: float) -> None:
         self.state = state
-        self.times = times
-        self.free = free
         self.resolution = resolution
-
-    @classmethod
-    def of(cls, state: ClusterState, resolution: float) -> _Timeline:
+        self.clock_phase = clock_phase
         topo = state.topology
-        now = state.now
-        n_nodes = len(topo.nodes)
-        back: dict[float, np.ndarray] = {}
+        self.now_free = topo.per_node(state.free).astype(np.int64)
+        #: (end by the time limit, GPUs per node) of every running job with a limit
+        self.ends: list[tuple[float, np.ndarray]] = []
         for run in state.running:
             if run.time_limit is None:
                 continue  # no limit: as far as Slurm plans, its GPUs never come back
-            # a job past its limit is about to be ended: back now
-            at = max(now, math.floor(run.expected_end(now) / resolution) * resolution)
-            row = back.setdefault(at, np.zeros(n_nodes, dtype=np.int64))
-            row += np.bincount(topo.gpu_node[np.asarray(run.gpus, dtype=np.int64)], minlength=n_nodes)
-        rows = [topo.per_node(state.free).astype(np.int64) + back.pop(now, 0)]
-        times = [now]
-        for t in sorted(back):
-            times.append(t)
-            rows.append(rows[-1] + back[t])
-        return cls(state, times, np.array(rows), resolution)
+            self.ends.append((run.expected_end(state.now), self.per_node(run.gpus)))
+        self.ends.sort(key=lambda e: e[0])
+        #: (start, end, GPUs per node) of the reservations made in this pass
+        self.reserved: list[tuple[float, float, np.ndarray]] = []
+        self.times: list[float] = []
+        self.free = np.zeros((0, len(topo.nodes)), dtype=np.int64)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """The rows from scratch: the GPUs free now, given back at each batch's last end
+        (on the grid; an overrun job's now), less the reservations' nodes."""
+        now = self.state.now
+        back: dict[float, np.ndarray] = {}
+        for at, (_, gpus) in zip(will_run_batches([e for e, _ in self.ends], self.clock_phase), self.ends):
+            at = max(now, math.floor(at / self.resolution) * self.resolution)  # an overrun job: back now
+            back[at] = back.get(at, 0) + gpus
+        marks = {t for r in self.reserved for t in r[:2] if math.isfinite(t)}
+        times = sorted(set(back) | marks | {now})
+        rows = np.empty((len(times), len(self.now_free)), dtype=np.int64)
+        row = self.now_free.copy()
+        for i, t in enumerate(times):
+            if t in back:
+                row = row + back[t]
+            rows[i] = row
+        for start, end, take in self.reserved:
+            lo = bisect.bisect_left(times, start)
+            hi = bisect.bisect_left(times, end) if math.isfinite(end) else len(times)
+            nodes = np.flatnonzero(take)
+            rows[lo:hi, nodes] = np.minimum(rows[lo:hi, nodes] - take[nodes], 0)
+        self.times, self.free = times, rows
 
     def per_node(self, gpus) -> np.ndarray:
         topo = self.state.topology
@@ -134,8 +195,13 @@ class _Timeline:
         return end if end > start else start + limit
 
     def _rows(self, row: int, limit: float) -> int:
-        """One past the last row that the job's run from ``times[row]`` overlaps."""
-        return bisect.bisect_left(self.times, self._until(self.times[row], limit), lo=row + 1)
+        """One past the last row that the job's run from ``times[row]`` overlaps, a row
+        that begins just as the run ends included: slurmctld tests a job against every
+        ``node_space`` slot with ``begin_time <= end_time``, so a job whose limit ends just
+        as a reservation begins may not use the reservation's nodes (on the lab a 1-GPU job
+        with a minute's limit waited beside the 1-GPU job started in the same pass, whose
+        end began the reservation of the 8-GPU job above it)."""
+        return bisect.bisect_right(self.times, self._until(self.times[row], limit), lo=row + 1)
 
     def earliest(self, job: PendingJob, limit: float, horizon: float) -> tuple[int, np.ndarray] | None:
         """The first row from which ``job`` fits on the nodes' free GPUs for ``limit``
@@ -155,18 +221,24 @@ class _Timeline:
         return None
 
     def book(self, row: int, limit: float, take: np.ndarray) -> None:
-        """Take ``take`` GPUs per node from ``times[row]`` for ``limit`` seconds; a
-        reservation (a later row) takes its nodes whole, as slurmctld's node_space does."""
-        end = self._until(self.times[row], limit)
+        """Take ``take`` GPUs per node from ``times[row]`` for ``limit`` seconds: row 0 is a
+        start, running until its limit (slurmctld's will-run test counts it from then on);
+        a later row a reservation, which takes its nodes whole, as slurmctld's node_space
+        does."""
+        if row == 0:
+            self.now_free = self.now_free - take
+            bisect.insort(self.ends, (self.state.now + limit, take), key=lambda e: e[0])
+            self._rebuild()
+            return
+        start = self.times[row]
+        end = self._until(start, limit)
+        self.reserved.append((start, end, take))
         at = bisect.bisect_left(self.times, end)
         if math.isfinite(end) and (at == len(self.times) or self.times[at] != end):
             self.times.insert(at, end)
             self.free = np.insert(self.free, at, self.free[at - 1], axis=0)
-        if row == 0:
-            self.free[row:at] -= take
-        else:
-            nodes = np.flatnonzero(take)
-            self.free[row:at, nodes] = np.minimum(self.free[row:at, nodes] - take[nodes], 0)
+        nodes = np.flatnonzero(take)
+        self.free[row:at, nodes] = np.minimum(self.free[row:at, nodes] - take[nodes], 0)
 
     def unreserved(self, free: np.ndarray, limit: float) -> np.ndarray:
         """``free`` less the GPUs the reservations need during the next ``limit`` seconds:

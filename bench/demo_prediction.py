@@ -71,6 +71,8 @@ def replay(folder: Path, model: Path | None) -> dict:
             policy = policy.replace("slurm:", "slurm:bf_resolution=1,", 1)
         if name == "slurm" and "usage_at_end" not in policy:  # the lab never enforced limits: recorded before it was modelled
             policy += ",usage_at_end=0"
+        if name == "slurm" and "bf_clock_phase" not in policy:  # recorded before the will-run windows were modelled
+            policy += f",bf_clock_phase={run['started_at'] % 30:.1f}"
         sim = predict(workload, policy, topo, w["seed"], clocks, pinned=name == "attentived").summary
         out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],
                                  "error": relative_change(run["live"][k], sim[k])} for k in KEYS}

@@ -65,13 +65,16 @@ def slurm_alone_preset(lab: Any, t0: float) -> str:
     time, so that file's modification time is the last tick to the millisecond. Without it,
     the process's start: /proc counts it from a boot time in whole seconds, and the thread
     starts later still (on the lab 0.5-1 s: enough to charge a job that ended in between).
-    sdiag's "Data since" would not do: it is reset at midnight UTC."""
+    sdiag's "Data since" would not do: it is reset at midnight UTC. The backfill's will-run
+    windows sit on multiples of 30 s of slurmctld's clock, which is the epoch: ``t0``'s
+    remainder places them (``bf_clock_phase``)."""
+    preset = f"{SLURM_ALONE_PRESET},bf_clock_phase={t0 % 30:.1f}"
     tick = _modified(lab.run_dir / "state" / "priority_last_decay_ran")
     if tick is None:
         tick = _process_start(lab.run_dir / "pid" / "slurmctld.pid")
     if tick is None:
-        return SLURM_ALONE_PRESET
-    return f"{SLURM_ALONE_PRESET},calc_offset={(tick - t0) % 60:.1f}"
+        return preset
+    return f"{preset},calc_offset={(tick - t0) % 60:.1f}"
 
 
 def _modified(path: Path) -> float | None:

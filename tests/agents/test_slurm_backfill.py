@@ -12,7 +12,7 @@ from attentived.agents.order import Fifo
 from attentived.agents.placement import FirstFit
 from attentived.agents.policy import Scheduler
 from attentived.agents.registry import BadPolicyName, make_policy
-from attentived.agents.slurm_backfill import SlurmBackfill
+from attentived.agents.slurm_backfill import SlurmBackfill, will_run_batches
 from attentived.agents.state import RunningJob
 from attentived.simulator.engine import SimJob, Simulation
 from attentived.simulator.trace import TraceJob
@@ -22,11 +22,12 @@ from .conftest import job, make_state
 
 
 def three_nodes_busy():
-    """3 nodes x 2 GPUs at t = 0 (jobs A and B below ask one node each): node0 busy until 100, node1's GPU 2 until 50, node2's GPU
-    4 until 80; GPUs 3 and 5 free."""
+    """3 nodes x 2 GPUs at t = 0 (jobs A and B below ask one node each): node0 busy until
+    2000, node1's GPU 2 until 50, node2's GPU 4 until 800; GPUs 3 and 5 free. The ends are
+    far enough apart for slurmctld's will-run test to take each in a batch of its own."""
     topo = uniform(3, 2)
-    running = [RunningJob("r0", "x", (0, 1), 0.0, -10.0, 110.0), RunningJob("r1", "x", (2,), 0.0, -10.0, 60.0),
-               RunningJob("r2", "x", (4,), 0.0, -10.0, 90.0)]
+    running = [RunningJob("r0", "x", (0, 1), 0.0, -10.0, 2010.0), RunningJob("r1", "x", (2,), 0.0, -10.0, 60.0),
+               RunningJob("r2", "x", (4,), 0.0, -10.0, 810.0)]
     return topo, running
 
 
@@ -39,12 +40,12 @@ def slurm_backfill(**kw):
 
 
 def test_a_job_that_would_delay_the_second_blocked_job_waits():
-    """A reserves node1 from 50, B node2 from 80. D (one GPU for 500 s) fits on node2 now
+    """A reserves node1 from 50 (for 1000 s), B node2 from 800. D (one GPU for 1000 s) fits on node2 now
     but would push B back: Slurm keeps it waiting, EASY (protecting A alone) starts it. E
     ends before B's reservation and starts under both."""
     topo, running = three_nodes_busy()
-    pending = [job("A", 2, submit=0, limit=100, nodes=1), job("B", 2, submit=1, limit=100, nodes=1),
-               job("D", 1, submit=2, limit=500), job("E", 1, submit=3, limit=60)]
+    pending = [job("A", 2, submit=0, limit=1000, nodes=1), job("B", 2, submit=1, limit=100, nodes=1),
+               job("D", 1, submit=2, limit=1000), job("E", 1, submit=3, limit=60)]
     s = make_state(topo, pending, running=running, now=0.0)
     easy = starts(Scheduler(Fifo(), FirstFit(), backfill=True), s)
     assert "D" in easy
@@ -67,21 +68,62 @@ def test_a_reservation_takes_its_nodes_whole():
     assert set(got) == {"C"}
 
 
+def test_a_job_ending_just_as_a_reservation_begins_may_not_use_its_nodes():
+    """slurmctld tests a job against every backfill slot with ``begin_time <= end_time``,
+    so ending exactly at a reservation's start counts as overlapping it. The lab's case:
+    2 nodes x 8 GPUs, node1 busy for an hour; A (1 GPU, 60 s) takes node0 now, so B (8
+    GPUs) is reserved node0 from 60; C (1 GPU, 60 s) would end just then and waits; D
+    (59 s) ends before and starts."""
+    topo = uniform(2, 8)
+    running = [RunningJob("r1", "x", tuple(range(8, 16)), 0.0, -10.0, 3600.0)]
+    pending = [job("A", 1, submit=0, limit=60.0), job("B", 8, submit=1, limit=3600.0, nodes=1),
+               job("C", 1, submit=2, limit=60.0), job("D", 1, submit=3, limit=59.0)]
+    got = starts(slurm_backfill(), make_state(topo, pending, running=running, now=0.0))
+    assert set(got) == {"A", "D"}
+
+
+def test_the_will_run_test_takes_running_jobs_ends_in_doubling_windows():
+    # First batch: to 30 s past the first end's next multiple of 30 s (on slurmctld's clock);
+    # then the window doubles, and doubles again until it reaches the next end.
+    ends = [50.0, 80.0, 100.0, 1000.0, 5000.0]
+    assert will_run_batches(ends) == [80.0, 80.0, 100.0, 1000.0, 5000.0]
+    assert will_run_batches(ends, clock_phase=15.0) == [100.0, 100.0, 100.0, 1000.0, 5000.0]
+    assert will_run_batches([]) == []
+
+
+@pytest.mark.parametrize(("clock_phase", "y_starts"), [(0.0, False), (20.0, True)])
+def test_a_reservation_starts_at_its_batchs_last_end(clock_phase, y_starts):
+    """One node, GPU 7 free; GPU 6 back at 56, GPUs 0-3 at 100. X (2 GPUs) fits from 56,
+    but slurmctld reserves it from the last end of that batch: with the clock 20 s on,
+    the first batch reaches 100, so Y (1 GPU, 60 s) ends before X's reservation and runs
+    now; with the clock at 0 it reaches 90 only, X is reserved from 56 and Y waits (the
+    lab's seed 19 had Slurm start such a Y)."""
+    topo = uniform(1, 8)
+    running = [RunningJob("a", "x", (6,), 0.0, -4.0, 60.0), RunningJob("b", "x", (0, 1, 2, 3), 0.0, -20.0, 120.0),
+               RunningJob("c", "x", (4, 5), 0.0, -20.0)]
+    pending = [job("X", 2, submit=0, limit=60.0), job("Y", 1, submit=1, limit=60.0)]
+    policy = SlurmBackfill(Fifo(), FirstFit(), resolution=1.0, clock_phase=clock_phase)
+    got = starts(policy, make_state(topo, pending, running=running, now=0.0))
+    assert got == ({"Y": (7,)} if y_starts else {})
+
+
 def test_no_reservation_beyond_the_window():
-    """With a 60 s window A (50 s away) is reserved and B (80 s away) is not, so D may take
+    """With a 60 s window A (50 s away) is reserved and B (800 s away) is not, so D may take
     node2 now; tested two jobs deep, D is not even considered."""
     topo, running = three_nodes_busy()
-    pending = [job("A", 2, submit=0, limit=100, nodes=1), job("B", 2, submit=1, limit=100, nodes=1), job("D", 1, submit=2, limit=500)]
+    pending = [job("A", 2, submit=0, limit=1000, nodes=1), job("B", 2, submit=1, limit=100, nodes=1),
+               job("D", 1, submit=2, limit=1000)]
     s = make_state(topo, pending, running=running, now=0.0)
     assert starts(slurm_backfill(window=60.0), s) == {"D": (5,)}
     assert starts(slurm_backfill(max_job_test=2), s) == {}  # D is not even tested
 
 
 def test_the_slurm_preset_runs_slurms_backfill_and_takes_its_settings():
-    p = make_policy("slurm:bf_resolution=1,bf_window=3600,bf_max_job_test=20")
-    assert isinstance(p, SlurmBackfill) and (p.resolution, p.window, p.max_job_test) == (1.0, 3600.0, 20)
+    p = make_policy("slurm:bf_resolution=1,bf_window=3600,bf_max_job_test=20,bf_clock_phase=12.5")
+    assert isinstance(p, SlurmBackfill) and (p.resolution, p.window, p.max_job_test, p.clock_phase) == (1.0, 3600.0, 20, 12.5)
     assert isinstance(make_policy("slurm-multifactor+first-fit"), Scheduler)  # no backfill: the main pass alone
-    for bad in ("slurm:bf_resolution=0", "slurm:bf_max_job_test=0", "slurm:bf_window=-5", "sjf+backfill:bf_window=60"):
+    for bad in ("slurm:bf_resolution=0", "slurm:bf_max_job_test=0", "slurm:bf_window=-5", "slurm:bf_clock_phase=-1",
+                "sjf+backfill:bf_window=60"):
         with pytest.raises(BadPolicyName):
             make_policy(bad)
 
