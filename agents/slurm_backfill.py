@@ -158,8 +158,6 @@ class _Timeline:
         self.ends.sort(key=lambda e: e[0])
         #: (start, end, GPUs per node) of the reservations made in this pass
         self.reserved: list[tuple[float, float, np.ndarray]] = []
-        self.times: list[float] = []
-        self.free = np.zeros((0, len(topo.nodes)), dtype=np.int64)
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -183,7 +181,8 @@ class _Timeline:
             hi = bisect.bisect_left(times, end) if math.isfinite(end) else len(times)
             nodes = np.flatnonzero(take)
             rows[lo:hi, nodes] = np.minimum(rows[lo:hi, nodes] - take[nodes], 0)
-        self.times, self.free = times, rows
+        self.times: list[float] = times
+        self.free: np.ndarray = rows
 
     def per_node(self, gpus) -> np.ndarray:
         topo = self.state.topology

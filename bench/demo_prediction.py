@@ -39,7 +39,7 @@ KEYS = ("avg_jct", "avg_wait")
 
 def replay(folder: Path, model: Path | None) -> dict:
     from attentived.ops.demo.measure import LiveClocks, predict, relative_change
-    from attentived.ops.demo.runs import DemoOptions, model_identity
+    from attentived.ops.demo.runs import DemoOptions, bf_clock_phase, model_identity
     from attentived.ops.demo.workload import build_workload, demo_topology
 
     doc = json.loads((folder / "demo.json").read_text())
@@ -72,7 +72,7 @@ def replay(folder: Path, model: Path | None) -> dict:
         if name == "slurm" and "usage_at_end" not in policy:  # the lab never enforced limits: recorded before it was modelled
             policy += ",usage_at_end=0"
         if name == "slurm" and "bf_clock_phase" not in policy:  # recorded before the will-run windows were modelled
-            policy += f",bf_clock_phase={run['started_at'] % 30:.1f}"
+            policy += f",{bf_clock_phase(run['started_at'])}"
         sim = predict(workload, policy, topo, w["seed"], clocks, pinned=name == "attentived").summary
         out["runs"][name] = {k: {"live": run["live"][k], "predicted": sim[k],
                                  "error": relative_change(run["live"][k], sim[k])} for k in KEYS}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attentived.agents.slurm_backfill import WILL_RUN_WINDOW
 from attentived.simulator.engine import JobRecord
 from attentived.topology import Topology
 
@@ -68,13 +69,19 @@ def slurm_alone_preset(lab: Any, t0: float) -> str:
     sdiag's "Data since" would not do: it is reset at midnight UTC. The backfill's will-run
     windows sit on multiples of 30 s of slurmctld's clock, which is the epoch: ``t0``'s
     remainder places them (``bf_clock_phase``)."""
-    preset = f"{SLURM_ALONE_PRESET},bf_clock_phase={t0 % 30:.1f}"
+    preset = f"{SLURM_ALONE_PRESET},{bf_clock_phase(t0)}"
     tick = _modified(lab.run_dir / "state" / "priority_last_decay_ran")
     if tick is None:
         tick = _process_start(lab.run_dir / "pid" / "slurmctld.pid")
     if tick is None:
         return preset
     return f"{preset},calc_offset={(tick - t0) % 60:.1f}"
+
+
+def bf_clock_phase(t0: float) -> str:
+    """The ``slurm`` preset's ``bf_clock_phase`` setting for a run that started at the epoch
+    second ``t0``: slurmctld's clock there, modulo its will-run window."""
+    return f"bf_clock_phase={t0 % WILL_RUN_WINDOW:.1f}"
 
 
 def _modified(path: Path) -> float | None:
