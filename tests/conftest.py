@@ -16,12 +16,16 @@
   when its Debian root cannot be built (not root, no debootstrap, no network to the mirror).
 - ``clean_lab`` (function): the same lab after ``reset()`` (no jobs, no reservations, all
   nodes idle and in service).
+- ``config_for_user`` (function): makes daemon configs a non-root lab user can run with.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +106,24 @@ def slurm_lab_2411():
 def clean_lab(slurm_lab):
     slurm_lab.reset()
     return slurm_lab
+
+
+@pytest.fixture
+def config_for_user():
+    """Makes daemon configs for the lab that a user can read, with a state dir it can write:
+    outside pytest's tmp_path, which only root may enter; removed after the test."""
+    made: list[Path] = []
+
+    def make(lab: Lab, user: str) -> Path:
+        work = Path(tempfile.mkdtemp(prefix=f"attentived-{user}-"))
+        made.append(work)
+        os.chmod(work, 0o777)
+        conf = work / "c.toml"
+        conf.write_text(f'partitions = ["main"]\nstate_dir = "{work / "state"}"\nslurm_conf = "{lab.slurm_conf}"\n'
+                        "metrics_port = 0\n")
+        conf.chmod(0o644)
+        return conf
+
+    yield make
+    for work in made:
+        shutil.rmtree(work)

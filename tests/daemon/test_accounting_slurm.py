@@ -23,7 +23,6 @@ from attentived.ops.lab import OPERATOR
 
 from .test_daemon_slurm import (
     busy_cluster,
-    config_for_user,
     jobs_now,
     runner_for,
     skip_unless_start_as,
@@ -42,7 +41,7 @@ def sacct_users(lab, job_ids) -> dict[str, str]:
     return {line.split("|")[0]: line.split("|")[1] for line in out.splitlines() if line.count("|") == 2}
 
 
-def test_the_service_user_steers_live_with_operator_rights_alone(clean_lab):
+def test_the_service_user_steers_live_with_operator_rights_alone(clean_lab, config_for_user):
     lab = clean_lab
     skip_unless_start_as()
     level = lab.run(["sacctmgr", "-n", "-P", "show", "user", OPERATOR, "format=AdminLevel"]).stdout.strip()

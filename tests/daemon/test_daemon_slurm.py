@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -90,17 +89,6 @@ SITE = ROOT / ".venv" / "lib" / f"python{sys.version_info.major}.{sys.version_in
 def skip_unless_start_as() -> None:
     if not Path("/usr/bin/python3").exists() or not SITE.is_dir():
         pytest.skip("needs /usr/bin/python3 and the venv's site-packages")
-
-
-def config_for_user(lab, user: str) -> Path:
-    """A daemon config for the lab that ``user`` can read, with a state dir it can write."""
-    work = Path(tempfile.mkdtemp(prefix=f"attentived-{user}-"))
-    os.chmod(work, 0o777)
-    conf = work / "c.toml"
-    conf.write_text(f'partitions = ["main"]\nstate_dir = "{work / "state"}"\nslurm_conf = "{lab.slurm_conf}"\n'
-                    "metrics_port = 0\n")
-    conf.chmod(0o644)
-    return conf
 
 
 def start_as(user: str, conf: Path, *args: str) -> subprocess.CompletedProcess:

@@ -27,7 +27,6 @@ from attentived.daemon.cycle import CycleRunner
 from .test_daemon_slurm import (
     busy_cluster,
     config_for,
-    config_for_user,
     jobs_now,
     ours,
     runner_for,
@@ -187,7 +186,7 @@ def test_job_cancelled_between_snapshot_and_apply(clean_lab, tmp_path):
     eng.journal.close()
 
 
-def test_non_root_without_operator_rights_is_refused_at_start(clean_lab, tmp_path):
+def test_non_root_without_operator_rights_is_refused_at_start(clean_lab, config_for_user):
     lab = clean_lab
     skip_unless_start_as()
     busy_cluster(lab)
