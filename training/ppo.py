@@ -49,7 +49,8 @@ environment's episode RNG (``seed * 1000 + env index``); on CPU a run is reprodu
 with any number of environment workers. Every ``checkpoint_every``
 updates the optimizer, counters and RNG states go to ``out_dir/checkpoint.pt``;
 ``resume=True`` continues from there (episodes that were in flight restart, from seeds
-derived from the update counter, so a resumed run is itself reproducible).
+derived from the update counter, so a resumed run is itself reproducible; what was logged
+or saved after the checkpoint is put back first, `_rewind`).
 
 Outputs in ``out_dir``: ``metrics.csv`` (one row per update), ``summary.json`` (config,
 timings, validation history), ``best.pt`` (best validation score), ``final.pt``.
@@ -73,6 +74,7 @@ from torch import nn
 from attentived.agents.checkpoint import (
     CheckpointError,
     LoadedModel,
+    Net,
     load_training,
     save_model,
     save_training,
@@ -190,6 +192,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     net = kind.make_net(cfg).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, eps=1e-5)
     start_update, global_step, best, history, wall_before = 1, 0, -math.inf, [], 0.0
+    best_model: dict[str, Any] | None = None  # the best weights and meta, kept in each checkpoint
     horizon = cfg.total_steps  # what the schedules (learning rate, teacher, curriculum) span
     if resume:
         model, opt_state, prog = load_training(checkpoint)
@@ -205,6 +208,8 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
         # stretching them (which would raise the learning rate and the teacher's weight
         # again mid-run).
         horizon = int(prog.get("horizon", model.meta.get("config", {}).get("total_steps", cfg.total_steps)))
+        best_model = prog.get("best_model")
+        _rewind(out, prog, kind.make_net(cfg), cfg)
 
     metrics_file = out / "metrics.csv"
     writer_file = metrics_file.open("a" if resume and metrics_file.exists() else "w", newline="")
@@ -349,8 +354,10 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
                 if row["val_score"] > best:
                     best = row["val_score"]
+                    best_model = {"state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
+                                  "meta": {**meta, "update": update, "global_step": global_step, "val_score": best}}
                     save_model(out / "best.pt", net, window=cfg.window, max_candidates=cfg.max_candidates,
-                               meta={**meta, "update": update, "global_step": global_step, "val_score": best})
+                               meta=best_model["meta"])
             if writer is None:
                 writer = csv.DictWriter(writer_file, fieldnames=list(row))
                 if writer_file.tell() == 0:
@@ -363,7 +370,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             if update % cfg.checkpoint_every == 0 or update == cfg.num_updates or out_of_time:
                 save_training(checkpoint, net, optimizer, window=cfg.window, max_candidates=cfg.max_candidates, meta=meta,
                               progress={"update": update, "global_step": global_step, "horizon": horizon, "best": best,
-                                        "history": history,
+                                        "history": history, **({"best_model": best_model} if best_model else {}),
                                         "wall_s": wall, "torch_rng": torch.get_rng_state()})
             if out_of_time:
                 break
@@ -381,6 +388,32 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                "best_val_score": best, "validation": history, "device": str(device)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return out / "best.pt"
+
+
+def _rewind(out: Path, progress: dict[str, Any], net: Net, cfg: PPOConfig) -> None:
+    """Put a run's outputs back to its checkpoint (``progress``) before resuming: a run
+    stopped between checkpoints has logged updates, and may have saved a best model, that
+    the resumed run redoes differently (its episodes restart). Those rows are dropped, so
+    metrics.csv holds each update once, and ``best.pt`` becomes the checkpoint's best
+    again, so the best model is one the resumed run reached. A checkpoint without a best
+    leaves ``best.pt``: none was validated yet, so the resumed run's first validation (at
+    the latest its last update) replaces it, or the checkpoint predates keeping it."""
+    metrics_file = out / "metrics.csv"
+    if metrics_file.exists() and metrics_file.stat().st_size:
+        with metrics_file.open(newline="") as f:
+            reader = csv.DictReader(f)
+            kept = [r for r in reader if int(r["update"]) <= progress["update"]]
+        tmp = metrics_file.with_suffix(".csv.tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(reader.fieldnames or ()))
+            writer.writeheader()
+            writer.writerows(kept)
+        tmp.replace(metrics_file)
+    best_model = progress.get("best_model")
+    if best_model is None:
+        return
+    net.load_state_dict(best_model["state_dict"])
+    save_model(out / "best.pt", net, window=cfg.window, max_candidates=cfg.max_candidates, meta=best_model["meta"])
 
 
 def _minibatches(phase: np.ndarray, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:

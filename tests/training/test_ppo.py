@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import csv
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
-from attentived.agents.checkpoint import CheckpointError
+from attentived.agents.checkpoint import CheckpointError, load_model
 from attentived.agents.order import estimated_runtime
 from attentived.agents.registry import make_policy
 from attentived.simulator.engine import Simulation, prepare_jobs
@@ -113,6 +115,25 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1"]
     train(tiny_config(tmp_path), progress=False, resume=True)
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1", "2"]
+
+
+def test_resume_after_a_stop_between_checkpoints_redoes_the_updates_since(tmp_path):
+    """A run killed after update 2 whose last checkpoint is update 1: the resumed run logs
+    update 2 once and keeps a best model it reached itself, exactly as a resume from that
+    checkpoint does when nothing ran past it."""
+    killed, clean = tiny_config(tmp_path / "killed"), tiny_config(tmp_path / "clean", time_budget_s=0.0)
+    train(killed, progress=False)  # updates 1 and 2, then ...
+    train(clean, progress=False)  # ... the same update 1, checkpointed there
+    shutil.copy(Path(clean.out_dir) / "checkpoint.pt", Path(killed.out_dir) / "checkpoint.pt")
+    for cfg in (killed, clean):
+        train(replace(cfg, time_budget_s=None), progress=False, resume=True)
+    rows = {cfg.out_dir: _rows(Path(cfg.out_dir) / "metrics.csv") for cfg in (killed, clean)}
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
+    assert [r["update"] for r in rows[killed.out_dir]] == ["1", "2"]
+    assert strip(rows[killed.out_dir]) == strip(rows[clean.out_dir])
+    best = [load_model(Path(cfg.out_dir) / "best.pt") for cfg in (killed, clean)]
+    assert best[0].meta["update"] == best[1].meta["update"]
+    assert all(torch.equal(a, b) for a, b in zip(best[0].net.state_dict().values(), best[1].net.state_dict().values()))
 
 
 def test_resume_keeps_the_original_schedules_and_needs_a_checkpoint(tmp_path):
