@@ -21,6 +21,9 @@ table. Writes bench/results/fairness_knob.json.
     .venv/bin/python bench/fairness_knob.py [--quick] [--windows N] [--skip N] [--genetic 0.5,1] [--annealing 1]
         [--policy NAME ...] [--out FILE]   # NAME e.g. attentive:model=runs/a/best.pt,fairness=1
     .venv/bin/python bench/fairness_knob.py --merge PART.json ... --out FILE   # join runs, recompute the summary
+    .venv/bin/python bench/fairness_knob.py --days 30:40 --fairness "" --policy attentive:model=CKPT ...
+        # the same on the training's validation days: choose between checkpoints there, then
+        # measure the chosen one on the held-out days
 
 The committed results come from ``--windows 16 --genetic 0.5,0.75,1 --annealing 0.75,1
 --before RUNS.json``, where RUNS.json held the same windows and seeds replayed by
@@ -45,25 +48,29 @@ KEYS = ("avg_jct", "max_user_wait", "jain_slowdown", "avg_wait", "p99_jct", "jai
 HEURISTICS = ("sjf+consolidate", "tiresias", "fair-share+consolidate", "fifo")
 REFERENCE = "sjf+consolidate"
 LEVELS = (0.0, 0.25, 0.5, 0.75, 1.0)
+HELD_OUT = (40.0, 60.0)  # never trained or validated on
+VALIDATION = (30.0, 40.0)  # the training's validation days
 
 
-def matched_windows(count: int, skip: int = 0):
-    """``count`` windows of 1,000 jobs from days [40, 60) at load 1.1 on 16 x 8 GPUs (the
-    same stream as bench/agents_quality.py: its windows are the first four here)."""
+def matched_windows(count: int, skip: int = 0, days: tuple[float, float] = HELD_OUT):
+    """``count`` windows of 1,000 jobs from ``days`` at load 1.1 on 16 x 8 GPUs (on the
+    held-out days, the same stream as bench/agents_quality.py: its windows are the first
+    four here)."""
     from attentived.simulator.samples import sample_path
     from attentived.simulator.trace import Trace, load_trace
     from attentived.topology import uniform
     from attentived.training.gym_env import TraceWindows
 
     philly = load_trace(sample_path("philly"))
-    sampler = TraceWindows(philly, days=(40.0, 60.0), jobs=(1000, 1000), nodes=(16,), load=(1.1, 1.1))
+    sampler = TraceWindows(philly, days=days, jobs=(1000, 1000), nodes=(16,), load=(1.1, 1.1))
     rng = np.random.default_rng(2024)
     out = []
     for k in range(skip + count):
         ep = sampler(rng)
         if k < skip:
             continue
-        out.append(Trace(f"philly-heldout-{k}", philly.path, philly.format, tuple(s.job for s in ep.jobs)))
+        kind = "heldout" if days == HELD_OUT else f"days-{days[0]:g}-{days[1]:g}"
+        out.append(Trace(f"philly-{kind}-{k}", philly.path, philly.format, tuple(s.job for s in ep.jobs)))
     return uniform(16, 8, nodes_per_switch=2), out
 
 
@@ -80,6 +87,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 windows, seed 0, W in {0, 0.5, 1}")
     ap.add_argument("--windows", type=int, default=8, help="number of held-out windows (default 8)")
     ap.add_argument("--skip", type=int, default=0, help="skip the first N windows of the stream (fresh windows)")
+    ap.add_argument("--days", default="40:60", choices=("40:60", "30:40"),
+                    help="Philly days the windows come from: 40:60, held out (default), or 30:40, the training's "
+                         "validation days, to choose between checkpoints without looking at held-out data")
     ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
     ap.add_argument("--fairness", default=",".join(f"{w:g}" for w in LEVELS), help="portfolio's W levels")
     ap.add_argument("--genetic", default="", help="W levels for genetic (slower), e.g. 0.5,1; empty: none")
@@ -106,7 +116,8 @@ def main() -> None:
     levels = (0.0, 0.5, 1.0) if args.quick else tuple(float(x) for x in args.fairness.split(",") if x)
     genetic = tuple(float(x) for x in args.genetic.split(",")) if args.genetic else ()
     annealing = tuple(float(x) for x in args.annealing.split(",")) if args.annealing else ()
-    topo, traces = matched_windows(n_windows, args.skip)
+    days = HELD_OUT if args.days == "40:60" else VALIDATION
+    topo, traces = matched_windows(n_windows, args.skip, days)
 
     names = list(HEURISTICS) + (["portfolio"] if args.default else [])
     names += [f"{kind}:fairness={w:g}" for kind, ws in (("portfolio", levels), ("genetic", genetic), ("annealing", annealing))
@@ -134,7 +145,7 @@ def main() -> None:
             if len(rows) == len(wanted):
                 runs[f"{name} (before)"] = rows
     report(runs, [t.name for t in traces], list(seeds), {"nodes": len(topo.nodes), "gpus": topo.num_gpus},
-           time.perf_counter() - t_start, Path(args.out))
+           time.perf_counter() - t_start, Path(args.out), days)
 
 
 def merge(paths: list[str], out: Path) -> None:
@@ -151,11 +162,14 @@ def merge(paths: list[str], out: Path) -> None:
             rows.setdefault(name, {}).update({(r["window"], r["seed"]): r for r in rs})
     whole = {(w, s) for w in windows for s in seeds}
     runs = {name: list(rs.values()) for name, rs in rows.items() if set(rs) == whole}
-    report(runs, windows, seeds, docs[0]["cluster"], sum(d["wall_s"] for d in docs), out)
+    days = {tuple(d.get("days", HELD_OUT)) for d in docs}
+    if len(days) > 1:
+        raise SystemExit(f"cannot merge runs on different days: {sorted(days)}")
+    report(runs, windows, seeds, docs[0]["cluster"], sum(d["wall_s"] for d in docs), out, days.pop())
 
 
 def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: list[int], cluster: dict[str, int],
-           wall_s: float, out: Path) -> None:
+           wall_s: float, out: Path, days: tuple[float, float]) -> None:
     """Print the summary and per-window tables of ``runs`` and write them as JSON to ``out``."""
     from attentived.agents.objective import DEFAULT_FAIRNESS
 
@@ -176,7 +190,8 @@ def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: lis
             rs = [r for r in runs[name] if r["window"] == w]
             per_window[name][w] = {k: float(np.mean([r[k] for r in rs])) for k in ("avg_jct", "max_user_wait", "jain_slowdown")}
 
-    print(f"\n{len(windows)} window(s) x seeds {seeds}, 1,000 jobs each, 16x8 GPUs, load 1.1, Philly days [40, 60)")
+    print(f"\n{len(windows)} window(s) x seeds {seeds}, 1,000 jobs each, 16x8 GPUs, load 1.1, "
+          f"Philly days [{days[0]:g}, {days[1]:g})" + (" (validation days)" if days == VALIDATION else ""))
     print("mean [min, max] over windows x seeds; 'x sjf' = geometric mean of the ratio to sjf+consolidate per run")
     print(f"{'policy':<26}{'avg JCT h':>22}{'x sjf':>7}{'max user wait h':>24}{'x sjf':>7}{'Jain slowdown':>22}")
     for name in names:
@@ -191,7 +206,7 @@ def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: lis
         print(f"{name:<26}" + "".join(
             f"{per_window[name][w]['avg_jct'] / 3600:>6.2f}/{per_window[name][w]['max_user_wait'] / 3600:<7.2f}" for w in windows))
     doc = {
-        "benchmark": "fairness_knob", "held_out_days": [40, 60], "windows": windows,
+        "benchmark": "fairness_knob", "days": list(days), "windows": windows,
         "jobs_per_window": 1000, "cluster": cluster, "load": 1.1,
         "seeds": seeds, "reference": REFERENCE, "default_fairness": DEFAULT_FAIRNESS,
         "summary": summary, "per_window": per_window, "runs": runs,

@@ -102,6 +102,10 @@ class PPOConfig:
     # before its large stage (docs/agents.md, "Training up to 64-128 nodes").
     val_large: tuple[int, int] = (0, 0)
     val_every: int = 15  # updates
+    # also keep every validated model as out_dir/validated/update-NNNN.pt (its val_score in
+    # its meta), to compare checkpoints afterwards (`--policy attentive:model=PATH`); the
+    # run is the same with or without
+    keep_validated: bool = False
     checkpoint_every: int = 10  # updates
 
     @property

@@ -53,7 +53,8 @@ derived from the update counter, so a resumed run is itself reproducible; what w
 or saved after the checkpoint is put back first, `_rewind`).
 
 Outputs in ``out_dir``: ``metrics.csv`` (one row per update), ``summary.json`` (config,
-timings, validation history), ``best.pt`` (best validation score), ``final.pt``.
+timings, validation history), ``best.pt`` (best validation score), ``final.pt``, and with
+``keep_validated`` every validated model in ``validated/``.
 """
 
 from __future__ import annotations
@@ -352,6 +353,9 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 row["val_score"] = _validate(cfg, model, val_eps, envs)
                 net.to(device)
                 history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
+                if cfg.keep_validated:
+                    save_model(out / "validated" / f"update-{update:04d}.pt", net, window=cfg.window, max_candidates=cfg.max_candidates,
+                               meta={**meta, "update": update, "global_step": global_step, "val_score": row["val_score"]})
                 if row["val_score"] > best:
                     best = row["val_score"]
                     best_model = {"state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
@@ -395,7 +399,8 @@ def _rewind(out: Path, progress: dict[str, Any], net: Net, cfg: PPOConfig) -> No
     stopped between checkpoints has logged updates, and may have saved a best model, that
     the resumed run redoes differently (its episodes restart). Those rows are dropped, so
     metrics.csv holds each update once, and ``best.pt`` becomes the checkpoint's best
-    again, so the best model is one the resumed run reached. A checkpoint without a best
+    again, so the best model is one the resumed run reached (and models kept past the
+    checkpoint, ``keep_validated``, are removed). A checkpoint without a best
     leaves ``best.pt``: none was validated yet, so the resumed run's first validation (at
     the latest its last update) replaces it, or the checkpoint predates keeping it."""
     metrics_file = out / "metrics.csv"
@@ -409,6 +414,9 @@ def _rewind(out: Path, progress: dict[str, Any], net: Net, cfg: PPOConfig) -> No
             writer.writeheader()
             writer.writerows(kept)
         tmp.replace(metrics_file)
+    for model in (out / "validated").glob("update-*.pt"):
+        if int(model.stem.removeprefix("update-")) > progress["update"]:
+            model.unlink()
     best_model = progress.get("best_model")
     if best_model is None:
         return

@@ -121,7 +121,8 @@ def test_resume_after_a_stop_between_checkpoints_redoes_the_updates_since(tmp_pa
     """A run killed after update 2 whose last checkpoint is update 1: the resumed run logs
     update 2 once and keeps a best model it reached itself, exactly as a resume from that
     checkpoint does when nothing ran past it."""
-    killed, clean = tiny_config(tmp_path / "killed"), tiny_config(tmp_path / "clean", time_budget_s=0.0)
+    killed = tiny_config(tmp_path / "killed", keep_validated=True)
+    clean = tiny_config(tmp_path / "clean", time_budget_s=0.0, keep_validated=True)
     train(killed, progress=False)  # updates 1 and 2, then ...
     train(clean, progress=False)  # ... the same update 1, checkpointed there
     shutil.copy(Path(clean.out_dir) / "checkpoint.pt", Path(killed.out_dir) / "checkpoint.pt")
@@ -134,6 +135,22 @@ def test_resume_after_a_stop_between_checkpoints_redoes_the_updates_since(tmp_pa
     best = [load_model(Path(cfg.out_dir) / "best.pt") for cfg in (killed, clean)]
     assert best[0].meta["update"] == best[1].meta["update"]
     assert all(torch.equal(a, b) for a, b in zip(best[0].net.state_dict().values(), best[1].net.state_dict().values()))
+    kept = [sorted(p.name for p in (Path(cfg.out_dir) / "validated").iterdir()) for cfg in (killed, clean)]
+    assert kept[0] == kept[1] == ["update-0001.pt", "update-0002.pt"]
+
+
+def test_kept_validated_models_are_the_validated_ones_and_change_nothing(tmp_path):
+    plain, keep = tiny_config(tmp_path / "plain"), tiny_config(tmp_path / "keep", keep_validated=True)
+    for cfg in (plain, keep):
+        train(cfg, progress=False)
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
+    rows = _rows(Path(keep.out_dir) / "metrics.csv")
+    assert strip(rows) == strip(_rows(Path(plain.out_dir) / "metrics.csv"))
+    for r in rows:
+        model = load_model(Path(keep.out_dir) / "validated" / f"update-{int(r['update']):04d}.pt")
+        assert model.meta["val_score"] == pytest.approx(float(r["val_score"]))
+    final, last = (load_model(Path(keep.out_dir) / name) for name in ("final.pt", f"validated/update-{len(rows):04d}.pt"))
+    assert all(torch.equal(a, b) for a, b in zip(final.net.state_dict().values(), last.net.state_dict().values()))
 
 
 def test_resume_keeps_the_original_schedules_and_needs_a_checkpoint(tmp_path):
