@@ -4,7 +4,8 @@ Issue 14: ``portfolio``/``genetic``/``annealing`` take ``fairness=W`` in [0, 1] 
 completion time only, 1 = protect the worst-off users as much as the look-ahead can).
 What the knob must move is ``max_user_wait`` (the worst user's mean wait) while keeping
 the average JCT low. This bench replays windows of 1,000 consecutive jobs from Philly
-days [40, 60) only (never the training days [0, 40)), re-timed to offer 1.1x the capacity
+days [40, 60) (never the training days [0, 30) or the validation days [30, 40); ``--days
+30:40`` takes the validation days instead, to choose between checkpoints), re-timed to offer 1.1x the capacity
 of a 16-node x 8-GPU cluster (the ``matched`` setting of ``bench/agents_quality.py``; its
 first four windows are the same), under ``portfolio`` at each W, under ``genetic`` and
 ``annealing`` at a few W (``--genetic``, ``--annealing``: they are slower), and under the
@@ -44,6 +45,7 @@ from typing import Any
 import numpy as np
 
 RESULTS = Path(__file__).parent / "results" / "fairness_knob.json"
+VALIDATION_RESULTS = RESULTS.with_name("fairness_knob_validation.json")
 KEYS = ("avg_jct", "max_user_wait", "jain_slowdown", "avg_wait", "p99_jct", "jain_fairness", "comm_cost", "users")
 HEURISTICS = ("sjf+consolidate", "tiresias", "fair-share+consolidate", "fifo")
 REFERENCE = "sjf+consolidate"
@@ -74,6 +76,10 @@ def matched_windows(count: int, skip: int = 0, days: tuple[float, float] = HELD_
     return uniform(16, 8, nodes_per_switch=2), out
 
 
+def default_out(days: tuple[float, float]) -> Path:
+    return RESULTS if days == HELD_OUT else VALIDATION_RESULTS
+
+
 def stats(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "min": float(np.min(values)), "max": float(np.max(values))}
 
@@ -85,7 +91,7 @@ def gmean(values: list[float]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 windows, seed 0, W in {0, 0.5, 1}")
-    ap.add_argument("--windows", type=int, default=8, help="number of held-out windows (default 8)")
+    ap.add_argument("--windows", type=int, default=8, help="number of windows (default 8)")
     ap.add_argument("--skip", type=int, default=0, help="skip the first N windows of the stream (fresh windows)")
     ap.add_argument("--days", default="40:60", choices=("40:60", "30:40"),
                     help="Philly days the windows come from: 40:60, held out (default), or 30:40, the training's "
@@ -97,7 +103,9 @@ def main() -> None:
     ap.add_argument("--default", action="store_true", help="also run portfolio at the class default W")
     ap.add_argument("--policy", action="append", default=[],
                     help="another policy to run (repeatable), e.g. attentive:model=runs/a/best.pt,fairness=0.5")
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=None,
+                    help=f"JSON to write (default {RESULTS.relative_to(RESULTS.parents[2])}, or {VALIDATION_RESULTS.name} "
+                         "beside it with --days 30:40)")
     ap.add_argument("--before", default=None,
                     help="JSON of runs of the same windows and seeds by the code before the knob ({name: [run rows]}), "
                          "summarised as extra rows named 'NAME (before)'")
@@ -105,7 +113,7 @@ def main() -> None:
                     help="join these outputs of runs on disjoint windows into one report (--out); runs nothing")
     args = ap.parse_args()
     if args.merge:
-        merge(args.merge, Path(args.out))
+        merge(args.merge, Path(args.out) if args.out else None)
         return
 
     from attentived.agents.registry import expand, make_policy
@@ -145,10 +153,10 @@ def main() -> None:
             if len(rows) == len(wanted):
                 runs[f"{name} (before)"] = rows
     report(runs, [t.name for t in traces], list(seeds), {"nodes": len(topo.nodes), "gpus": topo.num_gpus},
-           time.perf_counter() - t_start, Path(args.out), days)
+           time.perf_counter() - t_start, Path(args.out) if args.out else default_out(days), days)
 
 
-def merge(paths: list[str], out: Path) -> None:
+def merge(paths: list[str], out: Path | None) -> None:
     """One report from several outputs of this bench: runs on disjoint windows (``--skip``,
     e.g. two halves run at once on two cores) and runs of other policies on the same
     windows are joined, and the summary recomputed. A policy is kept when it has a run for
@@ -165,7 +173,8 @@ def merge(paths: list[str], out: Path) -> None:
     days = {tuple(d.get("days", HELD_OUT)) for d in docs}
     if len(days) > 1:
         raise SystemExit(f"cannot merge runs on different days: {sorted(days)}")
-    report(runs, windows, seeds, docs[0]["cluster"], sum(d["wall_s"] for d in docs), out, days.pop())
+    day = days.pop()
+    report(runs, windows, seeds, docs[0]["cluster"], sum(d["wall_s"] for d in docs), out or default_out(day), day)
 
 
 def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: list[int], cluster: dict[str, int],

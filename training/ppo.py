@@ -210,7 +210,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
         # again mid-run).
         horizon = int(prog.get("horizon", model.meta.get("config", {}).get("total_steps", cfg.total_steps)))
         best_model = prog.get("best_model")
-        _rewind(out, prog, kind.make_net(cfg), cfg)
+        _rewind(out, prog, model.net, cfg)  # model.net, not a new one: building a net would move the restored RNG
 
     metrics_file = out / "metrics.csv"
     writer_file = metrics_file.open("a" if resume and metrics_file.exists() else "w", newline="")
@@ -399,10 +399,10 @@ def _rewind(out: Path, progress: dict[str, Any], net: Net, cfg: PPOConfig) -> No
     stopped between checkpoints has logged updates, and may have saved a best model, that
     the resumed run redoes differently (its episodes restart). Those rows are dropped, so
     metrics.csv holds each update once, and ``best.pt`` becomes the checkpoint's best
-    again, so the best model is one the resumed run reached (and models kept past the
-    checkpoint, ``keep_validated``, are removed). A checkpoint without a best
-    leaves ``best.pt``: none was validated yet, so the resumed run's first validation (at
-    the latest its last update) replaces it, or the checkpoint predates keeping it."""
+    again (none validated yet: no ``best.pt``), so the best model is one the resumed run
+    reached; models kept past the checkpoint (``keep_validated``) are removed. Checkpoints
+    written before they held the best model leave ``best.pt`` as it is. ``net`` is
+    overwritten (with the best weights)."""
     metrics_file = out / "metrics.csv"
     if metrics_file.exists() and metrics_file.stat().st_size:
         with metrics_file.open(newline="") as f:
@@ -418,6 +418,8 @@ def _rewind(out: Path, progress: dict[str, Any], net: Net, cfg: PPOConfig) -> No
         if int(model.stem.removeprefix("update-")) > progress["update"]:
             model.unlink()
     best_model = progress.get("best_model")
+    if progress["best"] == -math.inf:
+        (out / "best.pt").unlink(missing_ok=True)
     if best_model is None:
         return
     net.load_state_dict(best_model["state_dict"])

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from attentived.simulator.trace import load_trace
 from attentived.topology import uniform
 from attentived.training.config import PPOConfig, Stage
 from attentived.training.gym_env import Episode, FixedEpisode, SchedulingEnv
-from attentived.training.ppo import evaluate, score, train, validation_episodes
+from attentived.training.ppo import _rewind, evaluate, score, train, validation_episodes
 from attentived.training.reward import RewardWeights
 from attentived.training.teacher import teacher_action
 
@@ -137,6 +138,26 @@ def test_resume_after_a_stop_between_checkpoints_redoes_the_updates_since(tmp_pa
     assert all(torch.equal(a, b) for a, b in zip(best[0].net.state_dict().values(), best[1].net.state_dict().values()))
     kept = [sorted(p.name for p in (Path(cfg.out_dir) / "validated").iterdir()) for cfg in (killed, clean)]
     assert kept[0] == kept[1] == ["update-0001.pt", "update-0002.pt"]
+
+
+def test_rewind_puts_a_run_back_to_its_checkpoint(tmp_path):
+    """What `--resume` undoes first, case by case, on a real run's files: rows, kept models
+    and the best model past the checkpoint; no best yet; a checkpoint older than the best."""
+    cfg = tiny_config(tmp_path, keep_validated=True)
+    train(cfg, progress=False)  # updates 1 and 2
+    out = Path(cfg.out_dir)
+    first = load_model(out / "validated" / "update-0001.pt")
+    weights = lambda m: list(m.net.state_dict().values())  # noqa: E731
+    state = {"state_dict": first.net.state_dict(), "meta": first.meta}
+    _rewind(out, {"update": 1, "best": first.meta["val_score"], "best_model": state}, load_model(out / "final.pt").net, cfg)
+    assert [r["update"] for r in _rows(out / "metrics.csv")] == ["1"]
+    assert [p.name for p in (out / "validated").iterdir()] == ["update-0001.pt"]
+    assert all(torch.equal(a, b) for a, b in zip(weights(load_model(out / "best.pt")), weights(first)))
+    _rewind(out, {"update": 1, "best": first.meta["val_score"]}, first.net, cfg)  # before checkpoints held the best
+    assert (out / "best.pt").exists()
+    _rewind(out, {"update": 0, "best": -math.inf}, first.net, cfg)  # nothing validated at the checkpoint
+    assert not (out / "best.pt").exists() and not list((out / "validated").iterdir())
+    assert _rows(out / "metrics.csv") == [] and (out / "metrics.csv").read_text().startswith("update,")
 
 
 def test_kept_validated_models_are_the_validated_ones_and_change_nothing(tmp_path):
