@@ -54,8 +54,8 @@ HELD_OUT = (40.0, 60.0)  # never trained or validated on
 VALIDATION = (30.0, 40.0)  # the training's validation days
 
 
-def matched_windows(count: int, skip: int = 0, days: tuple[float, float] = HELD_OUT):
-    """``count`` windows of 1,000 jobs from ``days`` at load 1.1 on 16 x 8 GPUs (on the
+def matched_windows(count: int, skip: int = 0, days: tuple[float, float] = HELD_OUT, load: float = 1.1):
+    """``count`` windows of 1,000 jobs from ``days`` at ``load`` on 16 x 8 GPUs (on the
     held-out days, the same stream as bench/agents_quality.py: its windows are the first
     four here)."""
     from attentived.simulator.samples import sample_path
@@ -64,7 +64,7 @@ def matched_windows(count: int, skip: int = 0, days: tuple[float, float] = HELD_
     from attentived.training.gym_env import TraceWindows
 
     philly = load_trace(sample_path("philly"))
-    sampler = TraceWindows(philly, days=days, jobs=(1000, 1000), nodes=(16,), load=(1.1, 1.1))
+    sampler = TraceWindows(philly, days=days, jobs=(1000, 1000), nodes=(16,), load=(load, load))
     rng = np.random.default_rng(2024)
     out = []
     for k in range(skip + count):
@@ -96,6 +96,8 @@ def main() -> None:
     ap.add_argument("--days", default="40:60", choices=("40:60", "30:40"),
                     help="Philly days the windows come from: 40:60, held out (default), or 30:40, the training's "
                          "validation days, to choose between checkpoints without looking at held-out data")
+    ap.add_argument("--load", type=float, default=1.1,
+                    help="offered load the windows are re-timed to, as a multiple of the cluster's capacity (default 1.1)")
     ap.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
     ap.add_argument("--fairness", default=",".join(f"{w:g}" for w in LEVELS), help="portfolio's W levels")
     ap.add_argument("--genetic", default="", help="W levels for genetic (slower), e.g. 0.5,1; empty: none")
@@ -125,7 +127,7 @@ def main() -> None:
     genetic = tuple(float(x) for x in args.genetic.split(",")) if args.genetic else ()
     annealing = tuple(float(x) for x in args.annealing.split(",")) if args.annealing else ()
     days = HELD_OUT if args.days == "40:60" else VALIDATION
-    topo, traces = matched_windows(n_windows, args.skip, days)
+    topo, traces = matched_windows(n_windows, args.skip, days, args.load)
 
     names = list(HEURISTICS) + (["portfolio"] if args.default else [])
     names += [f"{kind}:fairness={w:g}" for kind, ws in (("portfolio", levels), ("genetic", genetic), ("annealing", annealing))
@@ -153,7 +155,7 @@ def main() -> None:
             if len(rows) == len(wanted):
                 runs[f"{name} (before)"] = rows
     report(runs, [t.name for t in traces], list(seeds), {"nodes": len(topo.nodes), "gpus": topo.num_gpus},
-           time.perf_counter() - t_start, Path(args.out) if args.out else default_out(days), days)
+           time.perf_counter() - t_start, Path(args.out) if args.out else default_out(days), days, args.load)
 
 
 def merge(paths: list[str], out: Path | None) -> None:
@@ -170,15 +172,15 @@ def merge(paths: list[str], out: Path | None) -> None:
             rows.setdefault(name, {}).update({(r["window"], r["seed"]): r for r in rs})
     whole = {(w, s) for w in windows for s in seeds}
     runs = {name: list(rs.values()) for name, rs in rows.items() if set(rs) == whole}
-    days = {tuple(d.get("days", HELD_OUT)) for d in docs}
-    if len(days) > 1:
-        raise SystemExit(f"cannot merge runs on different days: {sorted(days)}")
-    day = days.pop()
-    report(runs, windows, seeds, docs[0]["cluster"], sum(d["wall_s"] for d in docs), out or default_out(day), day)
+    settings = {(tuple(d.get("days", HELD_OUT)), d["load"]) for d in docs}
+    if len(settings) > 1:
+        raise SystemExit(f"cannot merge runs on different days or loads: {sorted(settings)}")
+    days, load = settings.pop()
+    report(runs, windows, seeds, docs[0]["cluster"], sum(d["wall_s"] for d in docs), out or default_out(days), days, load)
 
 
 def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: list[int], cluster: dict[str, int],
-           wall_s: float, out: Path, days: tuple[float, float]) -> None:
+           wall_s: float, out: Path, days: tuple[float, float], load: float) -> None:
     """Print the summary and per-window tables of ``runs`` and write them as JSON to ``out``."""
     from attentived.agents.objective import DEFAULT_FAIRNESS
 
@@ -199,7 +201,7 @@ def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: lis
             rs = [r for r in runs[name] if r["window"] == w]
             per_window[name][w] = {k: float(np.mean([r[k] for r in rs])) for k in ("avg_jct", "max_user_wait", "jain_slowdown")}
 
-    print(f"\n{len(windows)} window(s) x seeds {seeds}, 1,000 jobs each, 16x8 GPUs, load 1.1, "
+    print(f"\n{len(windows)} window(s) x seeds {seeds}, 1,000 jobs each, 16x8 GPUs, load {load:g}, "
           f"Philly days [{days[0]:g}, {days[1]:g})" + (" (validation days)" if days == VALIDATION else ""))
     print("mean [min, max] over windows x seeds; 'x sjf' = geometric mean of the ratio to sjf+consolidate per run")
     print(f"{'policy':<26}{'avg JCT h':>22}{'x sjf':>7}{'max user wait h':>24}{'x sjf':>7}{'Jain slowdown':>22}")
@@ -216,7 +218,7 @@ def report(runs: dict[str, list[dict[str, Any]]], windows: list[str], seeds: lis
             f"{per_window[name][w]['avg_jct'] / 3600:>6.2f}/{per_window[name][w]['max_user_wait'] / 3600:<7.2f}" for w in windows))
     doc = {
         "benchmark": "fairness_knob", "days": list(days), "windows": windows,
-        "jobs_per_window": 1000, "cluster": cluster, "load": 1.1,
+        "jobs_per_window": 1000, "cluster": cluster, "load": load,
         "seeds": seeds, "reference": REFERENCE, "default_fairness": DEFAULT_FAIRNESS,
         "summary": summary, "per_window": per_window, "runs": runs,
         "wall_s": wall_s,
