@@ -52,6 +52,7 @@ REFERENCE = "sjf+consolidate"
 LEVELS = (0.0, 0.25, 0.5, 0.75, 1.0)
 HELD_OUT = (40.0, 60.0)  # never trained or validated on
 VALIDATION = (30.0, 40.0)  # the training's validation days
+DAYS = {"40:60": HELD_OUT, "30:40": VALIDATION}
 
 
 def matched_windows(count: int, skip: int = 0, days: tuple[float, float] = HELD_OUT, load: float = 1.1):
@@ -66,12 +67,12 @@ def matched_windows(count: int, skip: int = 0, days: tuple[float, float] = HELD_
     philly = load_trace(sample_path("philly"))
     sampler = TraceWindows(philly, days=days, jobs=(1000, 1000), nodes=(16,), load=(load, load))
     rng = np.random.default_rng(2024)
+    kind = "heldout" if days == HELD_OUT else f"days-{days[0]:g}-{days[1]:g}"
     out = []
     for k in range(skip + count):
         ep = sampler(rng)
         if k < skip:
             continue
-        kind = "heldout" if days == HELD_OUT else f"days-{days[0]:g}-{days[1]:g}"
         out.append(Trace(f"philly-{kind}-{k}", philly.path, philly.format, tuple(s.job for s in ep.jobs)))
     return uniform(16, 8, nodes_per_switch=2), out
 
@@ -93,7 +94,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 windows, seed 0, W in {0, 0.5, 1}")
     ap.add_argument("--windows", type=int, default=8, help="number of windows (default 8)")
     ap.add_argument("--skip", type=int, default=0, help="skip the first N windows of the stream (fresh windows)")
-    ap.add_argument("--days", default="40:60", choices=("40:60", "30:40"),
+    ap.add_argument("--days", default="40:60", choices=DAYS,
                     help="Philly days the windows come from: 40:60, held out (default), or 30:40, the training's "
                          "validation days, to choose between checkpoints without looking at held-out data")
     ap.add_argument("--load", type=float, default=1.1,
@@ -126,7 +127,7 @@ def main() -> None:
     levels = (0.0, 0.5, 1.0) if args.quick else tuple(float(x) for x in args.fairness.split(",") if x)
     genetic = tuple(float(x) for x in args.genetic.split(",")) if args.genetic else ()
     annealing = tuple(float(x) for x in args.annealing.split(",")) if args.annealing else ()
-    days = HELD_OUT if args.days == "40:60" else VALIDATION
+    days = DAYS[args.days]
     topo, traces = matched_windows(n_windows, args.skip, days, args.load)
 
     names = list(HEURISTICS) + (["portfolio"] if args.default else [])

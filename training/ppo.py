@@ -353,15 +353,15 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 row["val_score"] = _validate(cfg, model, val_eps, envs)
                 net.to(device)
                 history.append({"update": update, "global_step": global_step, "score": row["val_score"]})
+                validated = {**meta, "update": update, "global_step": global_step, "val_score": row["val_score"]}
                 if cfg.keep_validated:
-                    save_model(out / "validated" / f"update-{update:04d}.pt", net, window=cfg.window, max_candidates=cfg.max_candidates,
-                               meta={**meta, "update": update, "global_step": global_step, "val_score": row["val_score"]})
+                    save_model(out / "validated" / f"update-{update:04d}.pt", net, window=cfg.window,
+                               max_candidates=cfg.max_candidates, meta=validated)
                 if row["val_score"] > best:
                     best = row["val_score"]
                     best_model = {"state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
-                                  "meta": {**meta, "update": update, "global_step": global_step, "val_score": best}}
-                    save_model(out / "best.pt", net, window=cfg.window, max_candidates=cfg.max_candidates,
-                               meta=best_model["meta"])
+                                  "meta": validated}
+                    save_model(out / "best.pt", net, window=cfg.window, max_candidates=cfg.max_candidates, meta=validated)
             if writer is None:
                 writer = csv.DictWriter(writer_file, fieldnames=list(row))
                 if writer_file.tell() == 0:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from attentived.agents.checkpoint import CheckpointError, load_model
+from attentived.agents.checkpoint import CheckpointError, LoadedModel, load_model
 from attentived.agents.order import estimated_runtime
 from attentived.agents.registry import make_policy
 from attentived.simulator.engine import Simulation, prepare_jobs
@@ -56,6 +56,15 @@ def tiny_config(tmp_path: Path, **kw) -> PPOConfig:
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open() as f:
         return list(csv.DictReader(f))
+
+
+def _timeless(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """metrics.csv rows without the wall time, the one column two identical runs differ in."""
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+
+
+def _same_weights(a: LoadedModel, b: LoadedModel) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.net.state_dict().values(), b.net.state_dict().values()))
 
 
 def test_config_derived_sizes_and_curriculum():
@@ -106,8 +115,7 @@ def test_training_writes_models_logs_and_is_reproducible(tmp_path):
     b = tiny_config(tmp_path / "b")
     train(b, progress=False)
     again = _rows(Path(b.out_dir) / "metrics.csv")
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
-    assert strip(rows) == strip(again)
+    assert _timeless(rows) == _timeless(again)
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
@@ -130,12 +138,11 @@ def test_resume_after_a_stop_between_checkpoints_redoes_the_updates_since(tmp_pa
     for cfg in (killed, clean):
         train(replace(cfg, time_budget_s=None), progress=False, resume=True)
     rows = {cfg.out_dir: _rows(Path(cfg.out_dir) / "metrics.csv") for cfg in (killed, clean)}
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
     assert [r["update"] for r in rows[killed.out_dir]] == ["1", "2"]
-    assert strip(rows[killed.out_dir]) == strip(rows[clean.out_dir])
+    assert _timeless(rows[killed.out_dir]) == _timeless(rows[clean.out_dir])
     best = [load_model(Path(cfg.out_dir) / "best.pt") for cfg in (killed, clean)]
     assert best[0].meta["update"] == best[1].meta["update"]
-    assert all(torch.equal(a, b) for a, b in zip(best[0].net.state_dict().values(), best[1].net.state_dict().values()))
+    assert _same_weights(*best)
     kept = [sorted(p.name for p in (Path(cfg.out_dir) / "validated").iterdir()) for cfg in (killed, clean)]
     assert kept[0] == kept[1] == ["update-0001.pt", "update-0002.pt"]
 
@@ -147,12 +154,11 @@ def test_rewind_puts_a_run_back_to_its_checkpoint(tmp_path):
     train(cfg, progress=False)  # updates 1 and 2
     out = Path(cfg.out_dir)
     first = load_model(out / "validated" / "update-0001.pt")
-    weights = lambda m: list(m.net.state_dict().values())  # noqa: E731
     state = {"state_dict": first.net.state_dict(), "meta": first.meta}
     _rewind(out, {"update": 1, "best": first.meta["val_score"], "best_model": state}, load_model(out / "final.pt").net, cfg)
     assert [r["update"] for r in _rows(out / "metrics.csv")] == ["1"]
     assert [p.name for p in (out / "validated").iterdir()] == ["update-0001.pt"]
-    assert all(torch.equal(a, b) for a, b in zip(weights(load_model(out / "best.pt")), weights(first)))
+    assert _same_weights(load_model(out / "best.pt"), first)
     _rewind(out, {"update": 1, "best": first.meta["val_score"]}, first.net, cfg)  # before checkpoints held the best
     assert (out / "best.pt").exists()
     _rewind(out, {"update": 0, "best": -math.inf}, first.net, cfg)  # nothing validated at the checkpoint
@@ -164,14 +170,13 @@ def test_kept_validated_models_are_the_validated_ones_and_change_nothing(tmp_pat
     plain, keep = tiny_config(tmp_path / "plain"), tiny_config(tmp_path / "keep", keep_validated=True)
     for cfg in (plain, keep):
         train(cfg, progress=False)
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
     rows = _rows(Path(keep.out_dir) / "metrics.csv")
-    assert strip(rows) == strip(_rows(Path(plain.out_dir) / "metrics.csv"))
+    assert _timeless(rows) == _timeless(_rows(Path(plain.out_dir) / "metrics.csv"))
     for r in rows:
         model = load_model(Path(keep.out_dir) / "validated" / f"update-{int(r['update']):04d}.pt")
         assert model.meta["val_score"] == pytest.approx(float(r["val_score"]))
     final, last = (load_model(Path(keep.out_dir) / name) for name in ("final.pt", f"validated/update-{len(rows):04d}.pt"))
-    assert all(torch.equal(a, b) for a, b in zip(final.net.state_dict().values(), last.net.state_dict().values()))
+    assert _same_weights(final, last)
 
 
 def test_resume_keeps_the_original_schedules_and_needs_a_checkpoint(tmp_path):
@@ -256,8 +261,7 @@ def test_the_same_loop_trains_the_drl_baselines(tmp_path, agent):
     rows = _rows(Path(cfg.out_dir) / "metrics.csv")
     assert [r["update"] for r in rows] == ["1", "2"] and all(r["val_score"] for r in rows)
     train(config("b"), progress=False)
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
-    assert strip(_rows(Path(config("b").out_dir) / "metrics.csv")) == strip(rows)
+    assert _timeless(_rows(Path(config("b").out_dir) / "metrics.csv")) == _timeless(rows)
     policy = load_learned(agent, best)
     trace = load_trace(cfg.train_trace, start=0.5 * 86_400, max_jobs=25)
     records = Simulation(prepare_jobs(trace.jobs, 0), uniform(2, 8), policy).run().records
