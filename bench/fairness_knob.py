@@ -115,6 +115,8 @@ def main() -> None:
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="join these outputs of runs on disjoint windows into one report (--out); runs nothing")
     args = ap.parse_args()
+    if args.load <= 0:
+        ap.error(f"--load must be positive (got {args.load:g})")
     if args.merge:
         merge(args.merge, Path(args.out) if args.out else None)
         return
