@@ -292,7 +292,7 @@ def train(
     days: str = typer.Option("0:30", "--days", help="START:END days of the trace to train on (hold out the rest for evaluation)."),
     steps: int = typer.Option(200_000, "--steps", help="PPO environment steps."),
     seed: int = typer.Option(1, "--seed", help="Seed for everything (windows, clusters, network init)."),
-    time_budget: float | None = typer.Option(None, "--time-budget", help="Stop after this many seconds, saving the best model."),
+    time_budget: float | None = typer.Option(None, "--time-budget", help="Stop after this many seconds of this command (a --resume gets them afresh), saving everything."),
     out_dir: Path | None = typer.Option(None, "--out-dir", help="Checkpoints, metrics.csv/json and best.pt go here (default runs/AGENT)."),
     out: Path | None = typer.Option(None, "--out", help="Also copy the best model to this file (e.g. model.pt)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT_DIR/checkpoint.pt."),

@@ -45,7 +45,7 @@ class PPOConfig:
     seed: int = 1
     out_dir: str = "runs/attentive"
     total_steps: int = 200_000
-    time_budget_s: float | None = None  # stop early (saving everything) after this wall time
+    time_budget_s: float | None = None  # stop early (saving everything) after this wall time of one invocation (a resume gets it afresh)
     device: str = "auto"  # "auto": CUDA when present, else CPU
     torch_threads: int = 1  # intra-op threads of the rollout: its batches of one row per environment are fastest on one
     update_threads: int = 2  # intra-op threads of the PPO update: its 256-row minibatches gain from a second core

@@ -126,6 +126,21 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1", "2"]
 
 
+def test_a_resumed_run_gets_its_time_budget_afresh(tmp_path):
+    """A run stopped by its budget, resumed with the same budget, goes on: the budget is
+    the command's, not the run's (which once made each resume stop after one update)."""
+    cfg = tiny_config(tmp_path, total_steps=3 * tiny_config(tmp_path).batch_size, time_budget_s=0.0)
+    train(cfg, progress=False)
+    checkpoint = Path(cfg.out_dir) / "checkpoint.pt"
+    payload = torch.load(checkpoint, weights_only=False)
+    payload["progress"]["wall_s"] = 1e9  # the run so far took far longer than the budget below
+    torch.save(payload, checkpoint)
+    train(replace(cfg, time_budget_s=1e6), progress=False, resume=True)
+    rows = _rows(Path(cfg.out_dir) / "metrics.csv")
+    assert [r["update"] for r in rows] == ["1", "2", "3"]
+    assert float(rows[-1]["wall_s"]) >= 1e9  # the run's own wall time still adds up across resumes
+
+
 def test_resume_after_a_stop_between_checkpoints_redoes_the_updates_since(tmp_path):
     """A run killed after update 2 whose last checkpoint is update 1: the resumed run logs
     update 2 once and keeps a best model it reached itself, exactly as a resume from that
