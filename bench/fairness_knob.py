@@ -39,6 +39,7 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,9 @@ def gmean(values: list[float]) -> float:
     return float(math.exp(np.mean(np.log(np.maximum(values, 1e-12)))))
 
 
-def main() -> None:
+def main(extra: dict[str, Callable[[int], Any]] | None = None, argv: list[str] | None = None) -> None:
+    """``extra``: more policies, by the name they report under, each built from a seed
+    (`bench/ensemble_knob.py`'s ensembles, which no policy name can spell)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 windows, seed 0, W in {0, 0.5, 1}")
     ap.add_argument("--windows", type=int, default=8, help="number of windows (default 8)")
@@ -114,7 +117,7 @@ def main() -> None:
                          "summarised as extra rows named 'NAME (before)'")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="join these outputs of runs on disjoint windows into one report (--out); runs nothing")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.load <= 0:
         ap.error(f"--load must be positive (got {args.load:g})")
     if args.merge:
@@ -138,7 +141,11 @@ def main() -> None:
     names = expand(names + args.policy)
 
     def policies(seed: int):
-        return [make_policy(n, seed=seed) for n in names]
+        built = [make_policy(n, seed=seed) for n in names]
+        for name, make in (extra or {}).items():
+            built.append(make(seed))
+            built[-1].name = name
+        return built
 
     runs: dict[str, list[dict[str, Any]]] = {}
     t_start = time.perf_counter()
