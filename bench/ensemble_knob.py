@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import fairness_knob  # noqa: E402
 
 from attentived.agents.attentive import AttentivePolicy  # noqa: E402
-from attentived.agents.checkpoint import load_model  # noqa: E402
+from attentived.agents.checkpoint import CheckpointError, load_model  # noqa: E402
 from attentived.agents.features import GpuView, JobView  # noqa: E402
 from attentived.agents.networks import AttentiveNet  # noqa: E402
+from attentived.agents.objective import check_fairness  # noqa: E402
 
 
 class Encodings(NamedTuple):
@@ -47,13 +49,13 @@ class EnsemblePolicy(AttentivePolicy):
         super().__init__(nets[0], fairness, **kwargs)
         self.nets = [n.eval() for n in nets]
 
-    def _each(self, score):
-        """``score`` under each member in turn (`AttentivePolicy` reads ``self.net``)."""
+    def _each(self, score: Callable[[int], Any]) -> list[Any]:
+        """``score(i)`` with member ``i`` as ``self.net`` (what `AttentivePolicy` reads), for each."""
         try:
             out = []
-            for net in self.nets:
+            for i, net in enumerate(self.nets):
                 self.net = net
-                out.append(score(net))
+                out.append(score(i))
             return out
         finally:
             self.net = self.nets[0]
@@ -63,24 +65,27 @@ class EnsemblePolicy(AttentivePolicy):
         return Encodings(members, torch.stack([torch.log_softmax(e.logits, -1) for e in members]).mean(0))
 
     def _gpu_logits(self, enc: Encodings, slot: int, gv: GpuView) -> torch.Tensor:  # type: ignore[override]
-        members = iter(enc.members)
-        scores = self._each(lambda _: torch.log_softmax(AttentivePolicy._gpu_logits(self, next(members), slot, gv), -1))
+        scores = self._each(lambda i: torch.log_softmax(AttentivePolicy._gpu_logits(self, enc.members[i], slot, gv), -1))
         return torch.stack(scores).mean(0)
 
 
 def ensemble(spec: str):
-    """``NAME=A.pt+B.pt[,fairness=W]`` -> (report name, a builder from a seed)."""
+    """``NAME=A.pt+B.pt[,fairness=W]`` -> (report name, a builder from a seed); ValueError
+    saying what is wrong with ``spec``."""
     label, _, rest = spec.partition("=")
     paths, _, setting = rest.partition(",")
-    fairness = float(setting.removeprefix("fairness=")) if setting else None
     if not label or not paths or (setting and not setting.startswith("fairness=")):
-        raise SystemExit(f"--ensemble {spec}: expected NAME=A.pt+B.pt[,fairness=W]")
-    models = [load_model(p) for p in paths.split("+")]
+        raise ValueError(f"--ensemble {spec}: expected NAME=A.pt+B.pt[,fairness=W]")
+    try:
+        fairness = check_fairness(setting.removeprefix("fairness=")) if setting else None
+        models = [load_model(p) for p in paths.split("+")]
+    except (ValueError, CheckpointError) as e:  # a W that is no number in [0, 1], a missing or bad model file
+        raise ValueError(f"--ensemble {label}: {e}") from None
     nets = [m.net for m in models if isinstance(m.net, AttentiveNet)]
     if len(nets) < len(models):
-        raise SystemExit(f"--ensemble {label}: every member must be an attentive model")
+        raise ValueError(f"--ensemble {label}: every member must be an attentive model")
     if len({(m.window, m.max_candidates, n.cfg.urgency_input) for m, n in zip(models, nets)}) > 1:
-        raise SystemExit(f"--ensemble {label}: the members differ in window, candidates or urgency input")
+        raise ValueError(f"--ensemble {label}: the members differ in window, candidates or urgency input")
     first = models[0]
 
     def build(seed: int) -> EnsemblePolicy:
@@ -95,7 +100,11 @@ def main() -> None:
     args, rest = ap.parse_known_args()
     if not args.ensemble:
         ap.error("name at least one --ensemble (the other options are fairness_knob.py's)")
-    fairness_knob.main(dict(ensemble(s) for s in args.ensemble), rest)
+    try:
+        extra = dict(ensemble(s) for s in args.ensemble)
+    except ValueError as e:
+        ap.error(str(e))
+    fairness_knob.main(extra, rest)
 
 
 if __name__ == "__main__":

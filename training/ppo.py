@@ -369,10 +369,11 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
             writer.writerow(row)
             writer_file.flush()
             bar.update(row)
-            wall = wall_before + time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
+            wall = wall_before + elapsed
             # the budget is this invocation's: a resumed run gets it afresh (the run's
             # own wall time, across resumes, is what metrics.csv and the summary record)
-            out_of_time = cfg.time_budget_s is not None and time.perf_counter() - t0 >= cfg.time_budget_s
+            out_of_time = cfg.time_budget_s is not None and elapsed >= cfg.time_budget_s
             if update % cfg.checkpoint_every == 0 or update == cfg.num_updates or out_of_time:
                 save_training(checkpoint, net, optimizer, window=cfg.window, max_candidates=cfg.max_candidates, meta=meta,
                               progress={"update": update, "global_step": global_step, "horizon": horizon, "best": best,

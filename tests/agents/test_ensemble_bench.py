@@ -7,6 +7,7 @@ import torch
 
 from attentived.agents.attentive import AttentivePolicy
 from attentived.agents.features import Context
+from attentived.agents.learned import default_model_path
 from attentived.agents.networks import AttentiveNet, NetConfig
 from attentived.simulator.engine import SimJob, Simulation
 from attentived.simulator.trace import TraceJob
@@ -49,3 +50,15 @@ def test_the_job_agent_votes_with_the_members_mean_log_probabilities(bench, lab)
     assert torch.allclose(voted, (each[0] + each[1]) / 2)
     assert not torch.allclose(each[0], each[1])  # two different members, so the vote is not either one
     assert ensemble.net is a  # the members were lent to the encoder and given back
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("e={attentive},fairness=2", "fairness must be between 0 and 1"),
+    ("e={attentive},fair=0.5", "expected NAME=A.pt"),
+    ("e=missing.pt", "no such model file"),
+    ("e={attentive}+{deeprm}", "every member must be an attentive model"),
+])
+def test_a_bad_ensemble_is_refused_saying_why(bench, spec, says):
+    models = {name: default_model_path(name) for name in ("attentive", "deeprm")}
+    with pytest.raises(ValueError, match=says):
+        bench.ensemble(spec.format(**models))
