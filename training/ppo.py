@@ -92,7 +92,7 @@ from attentived.topology import Topology
 from .config import PPOConfig, Stage
 from .gym_env import Episode, Mixture, TraceWindows
 from .kinds import KINDS, kind_defaults
-from .reward import RewardWeights, user_wait_rms
+from .reward import RewardWeights, user_wait_power_mean
 from .vector import VectorEnv
 
 # ---- data ----
@@ -131,10 +131,11 @@ def score(records: Sequence[JobRecord], num_gpus: int, weights: RewardWeights,
           fairness: float = 1.0) -> tuple[float, dict[str, float]]:
     """An episode's return as the reward defines it at fairness setting W = ``fairness``,
     recomputed from its job records: ``-jct * lower_bound_ratio - fairness_weight * W *
-    user_wait_rms - comm * comm_cost / ideal GPU-s``."""
+    user_wait_power_mean - comm * comm_cost / ideal GPU-s``."""
     m = summarize(records, num_gpus)
     ideal = sum(r.ideal_duration * r.num_gpus for r in records)
-    value = (-weights.jct * m["lower_bound_ratio"] - weights.fairness * fairness * user_wait_rms(records)
+    wait = user_wait_power_mean(records, weights.fairness_power)
+    value = (-weights.jct * m["lower_bound_ratio"] - weights.fairness * fairness * wait
              - weights.comm * m["comm_cost"] / ideal)
     return value, m
 

@@ -10,14 +10,14 @@ which makes returns readable and the weights comparable:
   placement slowdowns both count, as they do in JCT.
 * Fairness, scaled by the episode's fairness setting ``W`` in [0, 1]: a potential-based
   term, ``P(after) - P(before)``, with ``P = -RMS over the episode's users of their mean
-  wait so far / the mean ideal run time`` (a user's mean counts started jobs' waits and
+  wait so far / the mean ideal run time`` (or their power mean, ``fairness_power``) (a user's mean counts started jobs' waits and
   pending jobs' waits up to now; a user with nothing submitted yet counts 0). It moves at
   every step in which anyone waits, and more for the users who have waited most (the
   derivative of the root mean square in a user's mean is proportional to that mean), so
   it protects the worst-off; and since ``P`` only falls when anyone waits longer, it never
   rewards delaying anyone. (Jain's index over users' mean waits, the term it replaces, is
   scale-free: it rewarded making everyone wait equally long.) The potentials telescope to
-  ``-user_wait_rms(records)``, computed from the finished episode. Potential-based shaping
+  ``-user_wait_power_mean(records)``, computed from the finished episode. Potential-based shaping
   (Ng et al., 1999) adds no spurious optimum of its own.
 * Communication: at each start, the GPU-seconds the placement wastes compared with the
   ideal one, ``(runtime - ideal) * GPUs``, divided by the episode's ideal GPU-seconds. The
@@ -60,11 +60,18 @@ class RewardWeights:
     jct: float = 1.0
     fairness: float = 2.0
     comm: float = 2.0
+    fairness_power: float = 2.0
+    """The power ``p`` of the fairness term's mean over users: 2 is their root mean square;
+    a larger ``p`` gives the worst-off users more of the signal (a user's share of its
+    derivative goes as their mean wait to the power ``p - 1``), and the mean of one
+    user's wait among ``U`` users fades as ``U ** (-1 / p)`` rather than ``U ** (-1 / 2)``."""
 
     def __post_init__(self) -> None:
         for name in ("jct", "fairness", "comm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"reward weight {name} must be non-negative, got {getattr(self, name)}")
+        if not 1.0 <= self.fairness_power <= 16.0:  # waits of 1e7 s to the 16th stay finite
+            raise ValueError(f"fairness_power must be in [1, 16], got {self.fairness_power}")
 
 
 @dataclass(frozen=True)
@@ -143,19 +150,33 @@ class RewardTracker:
         return float(in_system - (self._finished * t - self._finished_end_sum))
 
     def _fairness(self, now: float, state: ClusterState | None) -> float:
-        """The potential: minus the users' RMS mean wait so far, in mean run times."""
+        """The potential: minus the users' power mean wait so far, in mean run times."""
         waits = dict(self._started_wait)
         counts = dict(self._started)
         for j in state.pending if state is not None else ():
             waits[j.user] = waits.get(j.user, 0.0) + j.waited(now)
             counts[j.user] = counts.get(j.user, 0) + 1
-        squares = sum((waits[u] / counts[u]) ** 2 for u in counts)
-        return -math.sqrt(squares / self._users) / self._mean_ideal
+        means = [waits[u] / counts[u] for u in counts]
+        return -power_mean(means, self._users, self.weights.fairness_power) / self._mean_ideal
 
 
-def user_wait_rms(records: Sequence[JobRecord]) -> float:
-    """What the fairness term sums to over an episode, negated: the root mean square over
-    users of their mean wait, in units of the mean ideal run time."""
+def power_mean(values: Sequence[float], n: int, p: float) -> float:
+    """``(sum(v ** p) / n) ** (1 / p)`` over non-negative values, the ``n - len(values)``
+    missing ones counting 0."""
+    return _root(sum(v ** p for v in values) / n, p)
+
+
+def user_wait_power_mean(records: Sequence[JobRecord], p: float = 2.0) -> float:
+    """What the fairness term sums to over an episode, negated: the power mean (power
+    ``p``; 2 is the root mean square) over users of their mean wait, in units of the mean
+    ideal run time."""
     waits = np.array(list(user_mean_waits(records).values()))
     mean_ideal = float(np.mean([r.ideal_duration for r in records]))
-    return float(np.sqrt(np.mean(np.square(waits)))) / mean_ideal
+    return _root(float(np.mean(np.power(waits, p))), p) / mean_ideal
+
+
+def _root(x: float, p: float) -> float:
+    """``x ** (1 / p)``; at ``p = 2`` ``math.sqrt``, the arithmetic of the recipes trained
+    before the power was a setting, so that they train bit for bit as they did
+    (``x ** 0.5`` may differ from it in the last bit)."""
+    return math.sqrt(x) if p == 2.0 else float(x ** (1.0 / p))

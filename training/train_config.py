@@ -2,7 +2,8 @@
 
 Top-level keys are ``PPOConfig`` fields with plain values (``seed``, ``total_steps``,
 ``learning_rate``, ``train_days = [0, 30]``, ...); ``[reward]`` sets the reward weights
-(``jct``, ``fairness``, ``comm``); ``[[curriculum]]`` tables, one per stage in order, replace
+(``jct``, ``fairness``, ``comm``, and ``fairness_power``, the power of the
+  fairness term's mean over users); ``[[curriculum]]`` tables, one per stage in order, replace
 the whole curriculum (``start``, the fraction of the steps it begins at, 0 for the first;
 ``nodes``, the cluster sizes it draws from; ``jobs`` and ``load``, [low, high] of the window
 length and offered load). Unknown keys and wrong types are errors naming the key.
@@ -57,13 +58,17 @@ def apply_settings(cfg: PPOConfig, doc: dict[str, Any], source: str = "config") 
         raise TrainConfigError(f"{source}: {e}") from None
 
 
+_REWARD_FIELDS = tuple(f.name for f in fields(RewardWeights))
+_REWARD_KEYS = ", ".join(_REWARD_FIELDS)
+
+
 def _reward(current: RewardWeights, table: Any, source: str) -> RewardWeights:
     if not isinstance(table, dict):
-        raise TrainConfigError(f"{source}: reward: must be a table with jct, fairness, comm")
+        raise TrainConfigError(f"{source}: reward: must be a table with {_REWARD_KEYS}")
     out = {}
     for key, value in table.items():
-        if key not in ("jct", "fairness", "comm"):
-            raise TrainConfigError(f"{source}: reward.{key}: unknown reward weight (jct, fairness, comm)")
+        if key not in _REWARD_FIELDS:
+            raise TrainConfigError(f"{source}: reward.{key}: unknown reward setting ({_REWARD_KEYS})")
         out[key] = _coerce(getattr(current, key), value, f"{source}: reward.{key}")
     try:
         return replace(current, **out)

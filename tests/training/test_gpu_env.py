@@ -13,7 +13,7 @@ from attentived.simulator.metrics import summarize
 from attentived.topology import uniform
 from attentived.training.gpu_env import GpuByGpuEnv
 from attentived.training.gym_env import Episode, FixedEpisode
-from attentived.training.reward import RewardWeights, user_wait_rms
+from attentived.training.reward import RewardWeights, user_wait_power_mean
 
 from .test_gym_env import gym_checked, toy_jobs
 
@@ -61,7 +61,7 @@ def test_random_masked_rollouts_finish_every_job_and_the_return_is_the_weighted_
     m = info["metrics"]
     assert len(records) == 30
     ideal_gpu_s = sum(r.ideal_duration * r.num_gpus for r in records)
-    expected = -w.jct * m["lower_bound_ratio"] - w.fairness * user_wait_rms(records) - w.comm * m["comm_cost"] / ideal_gpu_s
+    expected = -w.jct * m["lower_bound_ratio"] - w.fairness * user_wait_power_mean(records, w.fairness_power) - w.comm * m["comm_cost"] / ideal_gpu_s
     assert total == pytest.approx(expected, rel=1e-6, abs=1e-6)
 
 

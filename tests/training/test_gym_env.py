@@ -20,7 +20,7 @@ from attentived.training.gym_env import (
     TraceWindows,
     _at_load,
 )
-from attentived.training.reward import RewardWeights, user_wait_rms
+from attentived.training.reward import RewardWeights, user_wait_power_mean
 
 
 def tj(i, submit, duration, gpus=1, user="alice", model=None):
@@ -80,15 +80,17 @@ def test_random_masked_rollouts_finish_every_job_and_return_the_metrics():
     assert steps >= 30  # at least one job step and one GPU step per job, minus none
 
 
-def test_episode_return_is_the_weighted_metrics():
-    """The reward terms telescope to the benchmark's metrics (see training/reward.py)."""
-    w = RewardWeights(jct=1.0, fairness=3.0, comm=5.0)
+@pytest.mark.parametrize("power", [2.0, 8.0])
+def test_episode_return_is_the_weighted_metrics(power):
+    """The reward terms telescope to the benchmark's metrics (see training/reward.py), with
+    the fairness term's mean over users at any power."""
+    w = RewardWeights(jct=1.0, fairness=3.0, comm=5.0, fairness_power=power)
     env = toy_env(reward=w)
     total, _, info = rollout(env, np.random.default_rng(1))
     m = info["metrics"]
     records = env.sim.result().records
     ideal_gpu_s = sum(r.ideal_duration * r.num_gpus for r in records)
-    expected = -w.jct * m["lower_bound_ratio"] - w.fairness * user_wait_rms(records) - w.comm * m["comm_cost"] / ideal_gpu_s
+    expected = -w.jct * m["lower_bound_ratio"] - w.fairness * user_wait_power_mean(records, w.fairness_power) - w.comm * m["comm_cost"] / ideal_gpu_s
     assert total == pytest.approx(expected, rel=1e-6, abs=1e-6)
 
 
@@ -169,7 +171,7 @@ def test_the_fairness_setting_scales_the_fairness_term_and_is_observed():
         records = env.sim.result().records
         m = info["metrics"]
         ideal_gpu_s = sum(r.ideal_duration * r.num_gpus for r in records)
-        expected = (-w.jct * m["lower_bound_ratio"] - w.fairness * setting * user_wait_rms(records)
+        expected = (-w.jct * m["lower_bound_ratio"] - w.fairness * setting * user_wait_power_mean(records, w.fairness_power)
                     - w.comm * m["comm_cost"] / ideal_gpu_s)
         assert total == pytest.approx(expected, rel=1e-6, abs=1e-6)
         assert env.fairness == setting
@@ -190,13 +192,15 @@ def test_a_fairness_range_is_drawn_per_episode_from_the_seed():
         toy_env(fairness=(0.5, 1.5))
 
 
-def test_the_fairness_potential_never_rewards_a_delay():
-    """Holding back any one pending job can only lower the potential (RMS of users' waits)."""
+@pytest.mark.parametrize("power", [2.0, 8.0])
+def test_the_fairness_potential_never_rewards_a_delay(power):
+    """Holding back any one pending job can only lower the potential (the power mean of
+    users' waits)."""
     from attentived.agents.state import ClusterState, PendingJob
     from attentived.training.reward import RewardTracker
 
     jobs = toy_jobs(6)
-    tracker = RewardTracker(jobs, RewardWeights(), fairness=1.0)
+    tracker = RewardTracker(jobs, RewardWeights(fairness_power=power), fairness=1.0)
     topo = uniform(2, 8, nodes_per_switch=1)
     pending = [PendingJob(f"p{i}", f"u{i % 3}", 1, float(10 * i)) for i in range(6)]
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from attentived.training.config import PPOConfig
@@ -20,6 +22,12 @@ def test_toml_sets_plain_fields_and_reward_weights(tmp_path):
     assert cfg.total_steps == PPOConfig().total_steps  # untouched
 
 
+def test_toml_sets_the_power_of_the_fairness_terms_mean(tmp_path):
+    f = tmp_path / "train.toml"
+    f.write_text('[reward]\nfairness_power = 8\n')
+    assert load_train_config(f).reward == RewardWeights(fairness_power=8.0)
+
+
 @pytest.mark.parametrize(
     "doc, where",
     [
@@ -27,8 +35,9 @@ def test_toml_sets_plain_fields_and_reward_weights(tmp_path):
         ({"seed": "one"}, "seed: expected an integer"),
         ({"learning_rate": True}, "learning_rate: expected float"),
         ({"train_days": [1]}, "train_days: expected a list of 2"),
-        ({"reward": {"speed": 1}}, "reward.speed: unknown reward weight"),
+        ({"reward": {"speed": 1}}, "reward.speed: unknown reward setting"),
         ({"reward": {"comm": -1}}, "reward: reward weight comm must be non-negative"),
+        ({"reward": {"fairness_power": 0.5}}, "reward: fairness_power must be in \\[1, 16\\], got 0.5"),
         ({"net": {}}, "net: unknown"),
         ({"fairness_range": [0.9, 0.1]}, "fairness_range must be \\[lo, hi\\] within \\[0, 1\\]"),
         ({"fairness_range": [0, "x"]}, "fairness_range: expected a list of 2 numbers"),
@@ -104,3 +113,14 @@ def _stage(**over):
 def test_a_bad_curriculum_names_the_stage(curriculum, where):
     with pytest.raises(TrainConfigError, match=where):
         apply_settings(PPOConfig(), {"curriculum": curriculum}, "t.toml")
+
+
+@pytest.mark.parametrize("recipe", sorted((Path(__file__).parents[2] / "training" / "recipes").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_recipe_loads_for_the_attentive_agent(recipe):
+    from dataclasses import replace
+
+    from attentived.training.kinds import kind_defaults
+
+    cfg = load_train_config(recipe, replace(PPOConfig(), **kind_defaults("attentive")))
+    assert cfg.urgency_input  # each recipe is the urgency-reading one, varied
