@@ -302,6 +302,9 @@ def train(
     reward_jct: float | None = typer.Option(None, "--reward-jct", help="Weight of the JCT/wait reward term (default 1)."),
     reward_fairness: float | None = typer.Option(None, "--reward-fairness", help="Weight of the fairness term over users' waits (default 2)."),
     reward_comm: float | None = typer.Option(None, "--reward-comm", help="Weight of the communication-cost term (default 2)."),
+    reward_fairness_power: float | None = typer.Option(
+        None, "--reward-fairness-power",
+        help="Power of the fairness term's mean over users, 1-16 (default 2, their RMS; larger gives the worst-off more weight)."),
 ) -> None:
     """Train the attentive job and GPU agents, or a DRL baseline, with PPO (CPU works; a GPU
     is used when present).
@@ -337,7 +340,9 @@ def train(
         base = replace(PPOConfig(), **kind_defaults(agent))
         try:
             cfg = load_train_config(config, base) if config else base
-            reward = {k: v for k, v in (("jct", reward_jct), ("fairness", reward_fairness), ("comm", reward_comm)) if v is not None}
+            given = (("jct", reward_jct), ("fairness", reward_fairness), ("comm", reward_comm),
+                     ("fairness_power", reward_fairness_power))
+            reward = {k: v for k, v in given if v is not None}
             cfg = apply_settings(cfg, {"reward": reward} if reward else {}, "command line")
         except TrainConfigError as e:
             raise _fail(str(e)) from None

@@ -185,6 +185,15 @@ def test_a_model_of_another_agent_is_refused(tmp_path):
     assert r.returncode == 2 and "unknown agent 'dqn'" in r.stderr and "proximity-drl" in r.stderr
 
 
+def test_a_reward_option_wins_over_the_config_and_a_bad_one_exits_2_naming_it(tmp_path):
+    recipe = tmp_path / "train.toml"
+    recipe.write_text("[reward]\nfairness_power = 8\n")
+    run = tmp_path / "run"
+    r = cli("train", "--config", str(recipe), "--reward-fairness-power", "0.5", "--steps", "10", "--out-dir", str(run))
+    assert r.returncode == 2 and "fairness_power must be in [1, 16], got 0.5" in r.stderr
+    assert not run.exists()  # refused before anything was written
+
+
 @pytest.mark.slow
 def test_train_a_drl_baseline_from_the_command_line(tmp_path):
     r = cli("train", "--agent", "deeprm", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--no-progress")
