@@ -71,7 +71,7 @@ def test_config_derived_sizes_and_curriculum():
     cfg = PPOConfig(total_steps=100_000, num_envs=8, num_steps=128, num_minibatches=4)
     assert cfg.batch_size == 1024 and cfg.minibatch_size == 256 and cfg.num_updates == 97
     assert cfg.stage(0).nodes == (2, 4) and cfg.stage(40_000).nodes == (4, 8) and cfg.stage(99_999).nodes == (8, 16, 32)
-    assert cfg.as_dict()["reward"] == {"jct": 1.0, "fairness": 2.0, "comm": 2.0}
+    assert cfg.as_dict()["reward"] == {"jct": 1.0, "fairness": 2.0, "comm": 2.0, "fairness_power": 2.0}
     assert cfg.train_days[1] <= cfg.val_days[0] and cfg.val_days[1] <= 40.0  # evaluation days stay unseen
 
 
