@@ -10,15 +10,16 @@ which makes returns readable and the weights comparable:
   placement slowdowns both count, as they do in JCT.
 * Fairness, scaled by the episode's fairness setting ``W`` in [0, 1]: a potential-based
   term, ``P(after) - P(before)``, with ``P = -RMS over the episode's users of their mean
-  wait so far / the mean ideal run time`` (or their power mean, ``fairness_power``) (a user's mean counts started jobs' waits and
-  pending jobs' waits up to now; a user with nothing submitted yet counts 0). It moves at
-  every step in which anyone waits, and more for the users who have waited most (the
-  derivative of the root mean square in a user's mean is proportional to that mean), so
-  it protects the worst-off; and since ``P`` only falls when anyone waits longer, it never
+  wait so far / the mean ideal run time`` (a user's mean counts started jobs' waits and
+  pending jobs' waits up to now; a user with nothing submitted yet counts 0; with
+  ``fairness_power = p`` it is their power mean). It moves at every step in which anyone
+  waits, and more for the users who have waited most (the derivative of the root mean
+  square in a user's mean is proportional to that mean, of a power mean to that mean to
+  the power ``p - 1``), so it protects the worst-off; and since ``P`` only falls when anyone waits longer, it never
   rewards delaying anyone. (Jain's index over users' mean waits, the term it replaces, is
   scale-free: it rewarded making everyone wait equally long.) The potentials telescope to
-  ``-user_wait_power_mean(records)``, computed from the finished episode. Potential-based shaping
-  (Ng et al., 1999) adds no spurious optimum of its own.
+  ``-user_wait_power_mean(records, p)``, computed from the finished episode.
+  Potential-based shaping (Ng et al., 1999) adds no spurious optimum of its own.
 * Communication: at each start, the GPU-seconds the placement wastes compared with the
   ideal one, ``(runtime - ideal) * GPUs``, divided by the episode's ideal GPU-seconds. The
   episode sum is ``-comm_cost / ideal GPU-seconds``: the fraction of useful GPU time lost
