@@ -15,8 +15,8 @@ which makes returns readable and the weights comparable:
   ``fairness_power = p`` it is their power mean). It moves at every step in which anyone
   waits, and more for the users who have waited most (the derivative of the root mean
   square in a user's mean is proportional to that mean, of a power mean to that mean to
-  the power ``p - 1``), so it protects the worst-off; and since ``P`` only falls when anyone waits longer, it never
-  rewards delaying anyone. (Jain's index over users' mean waits, the term it replaces, is
+  the power ``p - 1``), so it protects the worst-off; and since ``P`` only falls when
+  anyone waits longer, it never rewards delaying anyone. (Jain's index over users' mean waits, the term it replaces, is
   scale-free: it rewarded making everyone wait equally long.) The potentials telescope to
   ``-user_wait_power_mean(records, p)``, computed from the finished episode.
   Potential-based shaping (Ng et al., 1999) adds no spurious optimum of its own.
