@@ -14,15 +14,17 @@ attentive:model=RUN/validated/update-NNNN.pt``.
     .venv/bin/python bench/validation_rescore.py runs/s2 runs/s3 ... [--powers 2,8] [--out FILE]
 
 ``--out`` (default bench/results/validation_rescore.json) is also read back first: a
-checkpoint already scored there at every power is not replayed again, so a stopped
-rescore continues where it stopped.
+checkpoint already scored there at every power, and not written again since, is not
+replayed, so a stopped rescore continues where it stopped. Its p = 2 scores are the
+run's own validation scores; on runs trained with another torch (the lent machine's
+2.11 against 2.13 here) one decision in a replay can differ (1 of 117 scores so far, in
+the third decimal).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,20 +35,27 @@ from attentived.agents.checkpoint import CheckpointError, load_model
 from attentived.agents.learned import POLICIES
 from attentived.simulator.engine import Simulation
 from attentived.training.config import PPOConfig
+from attentived.training.gym_env import Episode
 from attentived.training.kinds import kind_defaults
 from attentived.training.ppo import VALIDATION_FAIRNESS, load_training_trace, score, validation_episodes
+from attentived.training.reward import RewardWeights
 
 OUT = Path(__file__).parent / "results" / "validation_rescore.json"
-_VALIDATION_FIELDS = ("train_trace", "val_days", "val_episodes", "val_jobs", "val_nodes", "val_large", "fairness_range")
+_VALIDATION_FIELDS = ("train_trace", "val_days", "val_episodes", "val_jobs", "val_nodes", "val_large", "fairness_range",
+                      "torch_threads")
 
 
 def run_config(run: Path) -> PPOConfig:
-    """The run's settings that decide its validation, from its ``summary.json``."""
+    """The run's settings that decide its validation (its windows, settings, reward weights
+    and threads), from its ``summary.json``."""
     summary = run / "summary.json"
     if not summary.is_file():
         raise ValueError(f"{run}: no summary.json (not a finished `attentived train` run)")
-    saved = json.loads(summary.read_text())["config"]
-    base = replace(PPOConfig(), **kind_defaults(saved["agent"]))
+    try:
+        saved = json.loads(summary.read_text())["config"]
+        base = replace(PPOConfig(), **kind_defaults(saved["agent"]), reward=RewardWeights(**saved["reward"]))
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{summary}: not the summary of an `attentived train` run ({type(e).__name__}: {e})") from None
     settings: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in _VALIDATION_FIELDS}
     return replace(base, **settings)
 
@@ -65,16 +74,17 @@ def checkpoints(run: Path) -> list[Path]:
     return kept
 
 
-def rescore(model_path: Path, cfg: PPOConfig, powers: list[float]) -> dict[str, float]:
-    """The validation score of one model at each power, from one set of replays."""
+def rescore(model_path: Path, cfg: PPOConfig, groups: list[list[Episode]], powers: list[float]) -> dict[str, float]:
+    """The validation score of one model at each power, from one set of replays: the mean
+    over ``groups`` of the mean over a group's settings and episodes, as `ppo._validate`."""
     model = load_model(model_path)
     settings = VALIDATION_FAIRNESS if cfg.fairness_range is not None else (None,)
     per_group: dict[float, list[float]] = {p: [] for p in powers}
-    for group in validation_episodes(cfg, load_training_trace(cfg)):
+    for group in groups:
         scores: dict[float, list[float]] = {p: [] for p in powers}
         for w in settings:
             for episode in group:
-                policy = POLICIES[cfg.agent](model, 0, 1, **({} if w is None else {"fairness": w}))
+                policy = POLICIES[cfg.agent](model, 0, cfg.torch_threads, **({} if w is None else {"fairness": w}))
                 records = Simulation(episode.jobs, episode.topology, policy).run().records
                 for p in powers:
                     weights = replace(cfg.reward, fairness_power=p)
@@ -84,10 +94,16 @@ def rescore(model_path: Path, cfg: PPOConfig, powers: list[float]) -> dict[str, 
     return {str(p): float(np.mean(per_group[p])) for p in powers}
 
 
-def picks(scores: dict[str, dict[str, float]], run: Path, powers: list[float]) -> dict[str, str]:
-    """Per power, the kept model of ``run`` with the best score."""
-    mine = {k: v for k, v in scores.items() if Path(k).parent.parent == run}
-    return {str(p): max(mine, key=lambda k: mine[k][str(p)]) for p in powers}
+def stamp(path: Path) -> str:
+    """What tells a kept model from another written at the same path since (a resumed run
+    rewinds and writes its kept models again)."""
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def picks(scores: dict[str, dict[str, Any]], models: list[Path], powers: list[float]) -> dict[str, str]:
+    """Per power, the one of ``models`` (one run's kept models) with the best score."""
+    return {str(p): str(max(models, key=lambda m: scores[str(m)][str(p)])) for p in powers}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -98,26 +114,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     try:
         powers = [float(x) for x in args.powers.split(",")]
+    except ValueError:
+        ap.error(f"--powers takes numbers separated by commas, e.g. 2,8 (got {args.powers!r})")
+    try:
+        for p in powers:
+            RewardWeights(fairness_power=p)  # refuses a power outside [1, 16]
         configs = {run: run_config(run) for run in args.runs}
         models = {run: checkpoints(run) for run in args.runs}
-        for p in powers:
-            replace(PPOConfig().reward, fairness_power=p)  # refuses a power outside [1, 16]
     except ValueError as e:
         ap.error(str(e))
     doc: dict[str, Any] = (json.loads(args.out.read_text()) if args.out.is_file()
                            else {"benchmark": "validation_rescore", "scores": {}})
-    scores: dict[str, dict[str, float]] = doc["scores"]
+    scores: dict[str, dict[str, Any]] = doc["scores"]
     for run in args.runs:
+        groups: list[list[Episode]] | None = None  # built once per run, when a model needs them
         for path in models[run]:
-            if all(str(p) in scores.get(str(path), {}) for p in powers):
+            known = scores.get(str(path), {})
+            if known.get("stamp") != stamp(path):
+                known = {}  # another model at this path since: score it afresh
+            if all(str(p) in known for p in powers):
                 continue
+            groups = groups or validation_episodes(configs[run], load_training_trace(configs[run]))
             try:
-                scores[str(path)] = {**scores.get(str(path), {}), **rescore(path, configs[run], powers)}
+                scores[str(path)] = {**known, **rescore(path, configs[run], groups, powers), "stamp": stamp(path)}
             except CheckpointError as e:
-                sys.exit(f"{path}: {e}")
+                ap.error(f"{path}: {e}")
             print(f"{path}: " + ", ".join(f"p={p}: {scores[str(path)][str(p)]:.3f}" for p in powers), flush=True)
             save(args.out, doc)
-    doc["picks"] = {str(run): picks(scores, run, powers) for run in args.runs}
+    doc["picks"] = {str(run): picks(scores, models[run], powers) for run in args.runs}
     save(args.out, doc)
     print(f"\n{'run':<40}" + "".join(f"{'pick at p=' + format(p, 'g'):>22}" for p in powers))
     for run, chosen in doc["picks"].items():

@@ -2,8 +2,8 @@
 
 Top-level keys are ``PPOConfig`` fields with plain values (``seed``, ``total_steps``,
 ``learning_rate``, ``train_days = [0, 30]``, ...); ``[reward]`` sets the reward weights
-(``jct``, ``fairness``, ``comm``, and ``fairness_power``, the power of the
-  fairness term's mean over users); ``[[curriculum]]`` tables, one per stage in order, replace
+(``jct``, ``fairness``, ``comm``, and ``fairness_power``, the power of the fairness
+term's mean over users); ``[[curriculum]]`` tables, one per stage in order, replace
 the whole curriculum (``start``, the fraction of the steps it begins at, 0 for the first;
 ``nodes``, the cluster sizes it draws from; ``jobs`` and ``load``, [low, high] of the window
 length and offered load). Unknown keys and wrong types are errors naming the key.

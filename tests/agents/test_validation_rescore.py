@@ -12,6 +12,7 @@ from attentived.agents.checkpoint import save_model
 from attentived.agents.networks import AttentiveNet, NetConfig
 from attentived.training.config import PPOConfig
 from attentived.training.kinds import kind_defaults
+from attentived.training.reward import RewardWeights
 from tests.bench_scripts import load_bench
 
 
@@ -20,19 +21,41 @@ def bench(monkeypatch):
     return load_bench("validation_rescore", monkeypatch)
 
 
+TOY = replace(PPOConfig(), **kind_defaults("attentive"), val_episodes=1, val_jobs=40, val_nodes=2,
+              reward=RewardWeights(fairness=3.0), num_envs=1)
+
+
+def _model(path, seed):
+    torch.manual_seed(seed)
+    save_model(path, AttentiveNet(NetConfig(d_model=16, heads=2, layers=1, fairness_input=True)), window=16,
+               max_candidates=6, meta={"agent": "attentive"})
+
+
 def _run(tmp_path, seeds=(1, 2)):
     """A run folder as `attentived train` leaves it with keep_validated, at a toy scale: two
     untrained models and a validation of one 40-job window on 2 nodes."""
     run = tmp_path / "run"
-    cfg = replace(PPOConfig(), **kind_defaults("attentive"), val_episodes=1, val_jobs=40, val_nodes=2)
     (run / "validated").mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"config": cfg.as_dict()}))
-    net_cfg = NetConfig(d_model=16, heads=2, layers=1, fairness_input=True)
+    (run / "summary.json").write_text(json.dumps({"config": TOY.as_dict()}))
     for i, seed in enumerate(seeds, 1):
-        torch.manual_seed(seed)
-        save_model(run / "validated" / f"update-{15 * i:04d}.pt", AttentiveNet(net_cfg), window=16, max_candidates=6,
-                   meta={"agent": "attentive"})
+        _model(run / "validated" / f"update-{15 * i:04d}.pt", seed)
     return run
+
+
+def test_the_score_at_the_runs_own_power_is_its_in_run_validation_score(bench, tmp_path):
+    """Same windows, settings, reward weights (here a fairness weight of 3) and averaging as
+    `ppo._validate`, which the training ran."""
+    from attentived.agents.checkpoint import load_model
+    from attentived.training.gym_env import FixedEpisode
+    from attentived.training.ppo import _validate, load_training_trace, validation_episodes
+    from attentived.training.vector import VectorEnv
+
+    run = _run(tmp_path, seeds=(4,))
+    doc = bench.main([str(run), "--powers", "2", "--out", str(tmp_path / "o.json")])
+    (path, scores), = doc["scores"].items()
+    groups = validation_episodes(TOY, load_training_trace(TOY))
+    envs = VectorEnv(TOY, FixedEpisode(groups[0][0]), 0)
+    assert scores["2.0"] == _validate(TOY, load_model(path), groups, envs)
 
 
 def test_each_power_scores_the_same_replays_and_picks_its_best(bench, tmp_path):
@@ -47,19 +70,35 @@ def test_each_power_scores_the_same_replays_and_picks_its_best(bench, tmp_path):
         assert doc["picks"][str(run)][p] == max(scores, key=lambda k: scores[k][p])
 
 
-def test_a_second_call_replays_nothing_already_scored(bench, tmp_path, capsys):
-    run = _run(tmp_path, seeds=(3,))
+def test_a_second_call_replays_only_models_written_since_and_picks_among_those_kept(bench, tmp_path, capsys):
+    run = _run(tmp_path, seeds=(3, 5))
     out = tmp_path / "rescore.json"
-    bench.main([str(run), "--out", str(out)])
-    first = out.read_text()
+    first = bench.main([str(run), "--out", str(out)])
     capsys.readouterr()
     bench.main([str(run), "--out", str(out)])
-    assert "p=2.0" not in capsys.readouterr().out and out.read_text() == first
+    assert "p=2.0" not in capsys.readouterr().out  # nothing replayed
+    kept = sorted((run / "validated").glob("*.pt"))
+    loser = min(kept, key=lambda m: first["scores"][str(m)]["2.0"])
+    winner = max(kept, key=lambda m: first["scores"][str(m)]["2.0"])
+    winner.unlink()  # a resumed run rewinds: the best one is gone, the other written anew
+    _model(loser, 6)
+    again = bench.main([str(run), "--out", str(out)])
+    assert f"{loser}: p=2.0" in capsys.readouterr().out  # the new model at the old path was scored
+    assert again["scores"][str(loser)] != first["scores"][str(loser)]
+    assert again["picks"][str(run)] == {"2.0": str(loser), "8.0": str(loser)}  # not the removed one
+
+
+def _broken_model(tmp_path):
+    run = _run(tmp_path, seeds=(1,))
+    (run / "validated" / "update-0015.pt").write_bytes(b"not a model")
+    return run
 
 
 @pytest.mark.parametrize("make, argv, says", [
     (lambda p: p, ["--powers", "2"], "no summary.json"),
     (lambda p: _run(p), ["--powers", "0.5"], "fairness_power must be in [1, 16]"),
+    (lambda p: _run(p), ["--powers", "2,x"], "--powers takes numbers separated by commas"),
+    (_broken_model, [], "update-0015.pt: "),
 ])
 def test_bad_input_exits_2_with_the_reason(bench, tmp_path, capsys, make, argv, says):
     run = make(tmp_path)
