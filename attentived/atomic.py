@@ -1,4 +1,4 @@
-"""All-or-nothing output folders: a report is either complete or not written at all."""
+"""All-or-nothing output: a report, file or folder, is either complete or not written at all."""
 
 from __future__ import annotations
 
@@ -25,3 +25,16 @@ def write_folder(out: Path, fill: Callable[[Path], None]) -> list[Path]:
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` through a temporary file beside it and a rename: a
+    reader, or a run stopped half-way, never sees half a file; a failed write leaves the old
+    file and no temporary one."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

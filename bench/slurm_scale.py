@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attentived.atomic import write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "daemon" / "fixtures"
 
@@ -247,16 +249,9 @@ class SyntheticSlurm:
         now = int(time.time()) if now is None else now
         render = Renderer(version)
         jobs, nodes, resv = FILES[version]
-        _write(directory / jobs, render.squeue(self, now))
-        _write(directory / nodes, render.nodes(self))
-        _write(directory / resv, render.reservations())
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace ``path`` atomically: a read never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        write_text(directory / jobs, render.squeue(self, now))
+        write_text(directory / nodes, render.nodes(self))
+        write_text(directory / resv, render.reservations())
 
 
 # ---- Slurm's JSON, cloned from the recordings -----------------------------------------------

@@ -29,15 +29,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from attentived.agents.checkpoint import CheckpointError, load_model
-from attentived.agents.learned import POLICIES
-from attentived.simulator.engine import Simulation
+from attentived.atomic import write_text
 from attentived.training.config import PPOConfig
 from attentived.training.gym_env import Episode
 from attentived.training.kinds import kind_defaults
-from attentived.training.ppo import VALIDATION_FAIRNESS, load_training_trace, score, validation_episodes
+from attentived.training.ppo import (
+    load_training_trace,
+    validation_episodes,
+    validation_mean,
+    validation_replay,
+    validation_runs,
+    validation_score,
+)
 from attentived.training.reward import RewardWeights
 
 OUT = Path(__file__).parent / "results" / "validation_rescore.json"
@@ -60,13 +64,6 @@ def run_config(run: Path) -> PPOConfig:
     return replace(base, **settings)
 
 
-def save(out: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` whole or not at all: a stopped rescore leaves the last complete file."""
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(out)
-
-
 def checkpoints(run: Path) -> list[Path]:
     kept = sorted((run / "validated").glob("update-*.pt"))
     if not kept:
@@ -75,23 +72,15 @@ def checkpoints(run: Path) -> list[Path]:
 
 
 def rescore(model_path: Path, cfg: PPOConfig, groups: list[list[Episode]], powers: list[float]) -> dict[str, float]:
-    """The validation score of one model at each power, from one set of replays: the mean
-    over ``groups`` of the mean over a group's settings and episodes, as `ppo._validate`."""
+    """The validation score of one model at each power, from one set of replays, by the
+    training's own `validation_runs`, `validation_score` and `validation_mean`."""
     model = load_model(model_path)
-    settings = VALIDATION_FAIRNESS if cfg.fairness_range is not None else (None,)
-    per_group: dict[float, list[float]] = {p: [] for p in powers}
-    for group in groups:
-        scores: dict[float, list[float]] = {p: [] for p in powers}
-        for w in settings:
-            for episode in group:
-                policy = POLICIES[cfg.agent](model, 0, cfg.torch_threads, **({} if w is None else {"fairness": w}))
-                records = Simulation(episode.jobs, episode.topology, policy).run().records
-                for p in powers:
-                    weights = replace(cfg.reward, fairness_power=p)
-                    scores[p].append(score(records, episode.topology.num_gpus, weights, 1.0 if w is None else w)[0])
-        for p in powers:
-            per_group[p].append(float(np.mean(scores[p])))
-    return {str(p): float(np.mean(per_group[p])) for p in powers}
+    replays = [(e, w, validation_replay(cfg, model, e, w)) for e, w in validation_runs(cfg, groups)]
+    scores = {}
+    for p in powers:
+        weights = replace(cfg.reward, fairness_power=p)
+        scores[str(p)] = validation_mean([validation_score(records, e, weights, w) for e, w, records in replays], cfg, groups)
+    return scores
 
 
 def stamp(path: Path) -> str:
@@ -129,20 +118,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for run in args.runs:
         groups: list[list[Episode]] | None = None  # built once per run, when a model needs them
         for path in models[run]:
-            known = scores.get(str(path), {})
-            if known.get("stamp") != stamp(path):
+            known, written = scores.get(str(path), {}), stamp(path)
+            if known.get("stamp") != written:
                 known = {}  # another model at this path since: score it afresh
             if all(str(p) in known for p in powers):
                 continue
             groups = groups or validation_episodes(configs[run], load_training_trace(configs[run]))
             try:
-                scores[str(path)] = {**known, **rescore(path, configs[run], groups, powers), "stamp": stamp(path)}
+                scores[str(path)] = {**known, **rescore(path, configs[run], groups, powers), "stamp": written}
             except CheckpointError as e:
                 ap.error(f"{path}: {e}")
             print(f"{path}: " + ", ".join(f"p={p}: {scores[str(path)][str(p)]:.3f}" for p in powers), flush=True)
-            save(args.out, doc)
+            write_text(args.out, json.dumps(doc, indent=1) + "\n")
     doc["picks"] = {str(run): picks(scores, models[run], powers) for run in args.runs}
-    save(args.out, doc)
+    write_text(args.out, json.dumps(doc, indent=1) + "\n")
     print(f"\n{'run':<40}" + "".join(f"{'pick at p=' + format(p, 'g'):>22}" for p in powers))
     for run, chosen in doc["picks"].items():
         print(f"{run:<40}" + "".join(f"{Path(chosen[str(p)]).stem:>22}" for p in powers))

@@ -63,7 +63,7 @@ import csv
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,25 +146,51 @@ the knob must work across its range, and W = 1's fairness term keeps a model tha
 a user from being chosen."""
 
 
+def validation_settings(cfg: PPOConfig) -> tuple[float | None, ...]:
+    """The W each validation episode is replayed at: `VALIDATION_FAIRNESS`, or none for a
+    model that does not read W."""
+    return VALIDATION_FAIRNESS if cfg.fairness_range is not None else (None,)
+
+
+def validation_runs(cfg: PPOConfig, groups: Sequence[Sequence[Episode]]) -> list[tuple[Episode, float | None]]:
+    """The (episode, W) replays of a validation, group by group: each episode of a group at
+    each of `validation_settings`."""
+    return [(e, w) for group in groups for w in validation_settings(cfg) for e in group]
+
+
+def validation_replay(cfg: PPOConfig, model: LoadedModel, episode: Episode, w: float | None) -> Sequence[JobRecord]:
+    """One validation episode replayed by ``model`` at setting ``w``, on the rollout's
+    thread count (the trainer's own setting, and a worker's too: 2 threads on each of 2
+    workers would put 4 on the 2 cores)."""
+    policy = POLICIES[cfg.agent](model, 0, cfg.torch_threads, **({} if w is None else {"fairness": w}))
+    return Simulation(episode.jobs, episode.topology, policy).run().records
+
+
+def validation_score(records: Sequence[JobRecord], episode: Episode, weights: RewardWeights, w: float | None) -> float:
+    """A validation replay's score: its return under ``weights`` at its setting (W = 1 for a
+    model that does not read W)."""
+    return score(records, episode.topology.num_gpus, weights, 1.0 if w is None else w)[0]
+
+
+def validation_mean(scores: Iterable[float], cfg: PPOConfig, groups: Sequence[Sequence[Episode]]) -> float:
+    """The mean over the validation groups of the mean of a group's scores (``scores`` in
+    `validation_runs` order): a scale with one window weighs as much as one with three."""
+    per_episode = len(validation_settings(cfg))
+    it = iter(scores)
+    return float(np.mean([np.mean([next(it) for _ in range(per_episode * len(group))]) for group in groups]))
+
+
 def _validate(cfg: PPOConfig, model: LoadedModel, groups: Sequence[Sequence[Episode]], envs: VectorEnv) -> float:
-    """The mean over the validation groups (`validation_episodes`) of the mean score of
-    ``model`` over a group's episodes at each of its settings: a scale with one window
-    weighs as much as one with three. The runs are spread over the environment workers
-    (idle between rollouts)."""
-    settings = VALIDATION_FAIRNESS if cfg.fairness_range is not None else (None,)
-    runs = [(cfg, model, e, w) for group in groups for w in settings for e in group]
-    scores = iter(envs.map(_validation_score, runs))
-    return float(np.mean([np.mean([next(scores) for _ in range(len(settings) * len(group))]) for group in groups]))
+    """``model``'s validation score (`validation_runs`, `validation_mean`), its replays
+    spread over the environment workers (idle between rollouts)."""
+    runs = [(cfg, model, e, w) for e, w in validation_runs(cfg, groups)]
+    return validation_mean(envs.map(_validation_score, runs), cfg, groups)
 
 
 def _validation_score(run: tuple[PPOConfig, LoadedModel, Episode, float | None]) -> float:
     """One validation episode's score (a function of its own: a worker process runs it)."""
     cfg, model, episode, w = run
-    # the rollout's thread count: the trainer's own setting then, and a worker's too (2 threads
-    # on each of 2 workers would put 4 on the 2 cores)
-    policy = POLICIES[cfg.agent](model, 0, cfg.torch_threads, **({} if w is None else {"fairness": w}))
-    records = Simulation(episode.jobs, episode.topology, policy).run().records
-    return score(records, episode.topology.num_gpus, cfg.reward, 1.0 if w is None else w)[0]
+    return validation_score(validation_replay(cfg, model, episode, w), episode, cfg.reward, w)
 
 
 # ---- tensors ----
