@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from attentived.atomic import write_file
+
 from .mlp import DeepRMNet, ProximityNet
 from .networks import AttentiveNet
 
@@ -80,9 +82,8 @@ def save_model(path: str | os.PathLike[str], net: Net, *, window: int, max_candi
     plain values (str, int, float, bool, None, lists and dicts of them)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(_payload(net, window, max_candidates, meta), tmp)
-    tmp.replace(path)  # never leave a half-written model where a reader looks
+    payload = _payload(net, window, max_candidates, meta)
+    write_file(path, lambda tmp: torch.save(payload, tmp))  # never a half-written model where a reader looks
     return path
 
 
@@ -103,9 +104,7 @@ def save_training(
     payload = _payload(net, window, max_candidates, meta)
     payload["optimizer"] = optimizer.state_dict()
     payload["progress"] = progress
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
+    write_file(path, lambda tmp: torch.save(payload, tmp))
     return path
 
 

@@ -27,14 +27,20 @@ def write_folder(out: Path, fill: Callable[[Path], None]) -> list[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` through a temporary file beside it and a rename: a
-    reader, or a run stopped half-way, never sees half a file; a failed write leaves the old
-    file and no temporary one."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
+def write_file(path: Path, write: Callable[[Path], object]) -> None:
+    """Let ``write`` fill a temporary file beside ``path`` (``path`` plus ``.tmp``; what it
+    returns is ignored), then
+    rename it over ``path``: a reader, or a run stopped half-way, never sees half a file;
+    a failed write leaves the old file and no temporary one."""
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (`write_file`)."""
+    write_file(path, lambda tmp: tmp.write_text(text))

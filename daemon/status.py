@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attentived.atomic import write_file
+
 from .accounting import AccountingWatch
 from .config import Config
 from .journal import private_dir
@@ -76,10 +78,11 @@ def write_status(state_dir: str | os.PathLike[str], doc: dict[str, Any], log: An
     path = Path(state_dir) / FILE
     try:
         private_dir(path.parent)
-        tmp = path.with_suffix(".json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(doc, indent=1))
-        tmp.replace(path)
+
+        def write(tmp: Path) -> None:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(json.dumps(doc, indent=1))
+
+        write_file(path, write)
     except OSError as e:
         log.warning("status.unwritable", path=str(path), error=str(e))

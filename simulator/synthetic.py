@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from attentived.atomic import write_file
+
 __all__ = ["GPU_MIX", "SyntheticJob", "generate", "write_trace"]
 
 GPU_MIX: tuple[tuple[int, float], ...] = ((1, 0.20), (2, 0.20), (4, 0.30), (8, 0.25), (16, 0.05))
@@ -92,13 +94,15 @@ def write_trace(path: str | os.PathLike[str], jobs: list[SyntheticJob]) -> Path:
     """Write ``jobs`` as a generic trace (``job_id,submit_time,user,num_gpus,duration,model``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["job_id", "submit_time", "user", "num_gpus", "duration", "model"])
-        for j in jobs:
-            w.writerow([j.job_id, f"{j.submit_time:.0f}", j.user, j.num_gpus, f"{j.duration:.0f}", ""])
-    os.replace(tmp, path)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["job_id", "submit_time", "user", "num_gpus", "duration", "model"])
+            for j in jobs:
+                w.writerow([j.job_id, f"{j.submit_time:.0f}", j.user, j.num_gpus, f"{j.duration:.0f}", ""])
+
+    write_file(path, write)
     return path
 
 

@@ -82,6 +82,7 @@ from attentived.agents.checkpoint import (
 )
 from attentived.agents.learned import POLICIES, load_learned
 from attentived.agents.registry import ALL, make_policy
+from attentived.atomic import write_file
 from attentived.simulator.engine import JobRecord, Simulation
 from attentived.simulator.metrics import summarize
 from attentived.simulator.replay import replay
@@ -438,12 +439,14 @@ def _rewind(out: Path, progress: dict[str, Any], net: Net, cfg: PPOConfig) -> No
         with metrics_file.open(newline="") as f:
             reader = csv.DictReader(f)
             kept = [r for r in reader if int(r["update"]) <= progress["update"]]
-        tmp = metrics_file.with_suffix(".csv.tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(reader.fieldnames or ()))
-            writer.writeheader()
-            writer.writerows(kept)
-        tmp.replace(metrics_file)
+
+        def write(tmp: Path) -> None:
+            with tmp.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(reader.fieldnames or ()))
+                writer.writeheader()
+                writer.writerows(kept)
+
+        write_file(metrics_file, write)
     for model in (out / "validated").glob("update-*.pt"):
         if int(model.stem.removeprefix("update-")) > progress["update"]:
             model.unlink()
