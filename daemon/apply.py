@@ -48,7 +48,15 @@ from attentived.agents.slurm_select import start_order
 from attentived.topology import hostlist
 
 from .backend import Backend
-from .records import CommandResult, JobUpdate, SlurmReservation, Snapshot
+from .records import (
+    NOT_SENT,
+    CommandResult,
+    JobUpdate,
+    SlurmReservation,
+    Snapshot,
+    controller_gone,
+    refused_for_db_index,
+)
 from .snapshot import Built, in_partitions
 
 JOB_KINDS = ("priority", "pin", "unpin", "exclude", "unexclude", "attach", "detach")
@@ -407,6 +415,12 @@ class Outcome:
     #: or it was cancelled or ended): a race no cycle can avoid, not a fault (`overtaken`)
     overtaken: bool = False
 
+    @property
+    def unregistered(self) -> bool:
+        """Refused until slurmdbd has registered the job (daemon/unregistered.py): the job
+        is left to Slurm from the next cycle on; not a fault of the plan."""
+        return not self.ok and not self.overtaken and refused_for_db_index(self.error)
+
 
 def overtaken(outcomes: Sequence[Outcome], pending_now: Callable[[str], bool]) -> list[Outcome]:
     """``outcomes`` with each failed job update marked ``overtaken`` when its job is no
@@ -441,17 +455,6 @@ def execute(actions: Sequence[Action], backend: Backend, *, dry_run: bool = Fals
             out.extend(Outcome(a, False, NOT_SENT) for a in actions[i:])
             break
     return out
-
-
-#: What slurmctld being down looks like in a command's error (our own timeout message too).
-_GONE = ("timed out", "Unable to contact slurm controller", "Connection refused", "Socket timed out",
-         "no answer within")  # the last is cli_backend's own timeout
-NOT_SENT = "not sent: slurmctld stopped answering earlier in this cycle"
-
-
-def controller_gone(error: str) -> bool:
-    """Whether a command's error says slurmctld is not answering (not a refused action)."""
-    return any(g in error for g in _GONE)
 
 
 def _controller_gone(outcomes: Sequence[Outcome]) -> bool:

@@ -15,6 +15,9 @@ plan exactly only under some settings:
   reach the daemon's band and be taken for its own.
 - ``GresTypes`` must include ``gpu`` and ``SelectType`` should be ``select/cons_tres``
   (GPU indices per job).
+- ``command_timeout`` above 5 s with slurmdbd before 24.11: Slurm holds an update of a job
+  slurmdbd has not registered for 5 s before refusing it (daemon/unregistered.py); a
+  shorter timeout sees no answer, which reads as slurmctld gone.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ _WEIGHTS = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairShare
             "PriorityWeightPartition", "PriorityWeightQOS")
 
 
-def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_000) -> list[Finding]:
+#: seconds slurmctld (before 24.11) holds an update of a job slurmdbd has not registered
+DB_INDEX_HOLD = 5.0
+
+
+def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_000,
+                       command_timeout: float = 30.0) -> list[Finding]:
     out: list[Finding] = []
     sched = conf.get("SchedulerType", "")
     if sched != "sched/builtin":
@@ -67,9 +75,21 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
     select = conf.get("SelectType", "")
     if select and select != "select/cons_tres":
         out.append(Finding("warning", "SelectType", f"SelectType={select}: GPU indices per job need select/cons_tres"))
+    if (conf.get("AccountingStorageType", "") == "accounting_storage/slurmdbd" and command_timeout <= DB_INDEX_HOLD
+            and _version(conf.get("SLURM_VERSION", "")) < (24, 11)):
+        out.append(Finding("warning", "command_timeout", (
+            f"command_timeout = {command_timeout:g} s: Slurm {conf.get('SLURM_VERSION', '?')} holds an update of a job "
+            f"slurmdbd has not registered yet for {DB_INDEX_HOLD:g} s before refusing it; with a shorter timeout that "
+            "refusal looks like slurmctld not answering. Set command_timeout above 5")))
     if conf.get("TopologyPlugin", "") in ("", "topology/none", "(null)"):
         out.append(Finding("info", "TopologyPlugin", "no topology plugin: switches come from topology.conf or the cluster file only"))
     return out
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """"22.05.8" -> (22, 5, 8); unreadable -> () (older than any version)."""
+    parts = text.split(".")[:2]
+    return tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) and parts != [""] else ()
 
 
 OPERATOR_LEVELS = ("operator", "administrator")

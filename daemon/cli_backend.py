@@ -16,6 +16,7 @@ import gc
 import os
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from . import scontrol_text, slurm_json
 from .backend import BackendMixin
 from .records import (
+    NOT_SENT,
     CommandResult,
     JobUpdate,
     SlurmCommandError,
@@ -33,6 +35,7 @@ from .records import (
     Snapshot,
     check_job_id,
     check_name,
+    controller_gone,
     job_states,
     node_list,
     queue_key,
@@ -40,6 +43,7 @@ from .records import (
 
 _ERROR_JOB = re.compile(r"(?:for job|JobId=|job_id=|job)\s*([0-9]+)", re.IGNORECASE)
 _BATCH_MAX = 500  # updates per scontrol process
+_ALONE_WORKERS = 8  # scontrol processes at once when a failed batch is retried update by update
 
 
 @contextlib.contextmanager
@@ -206,8 +210,9 @@ class CliBackend(BackendMixin):
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[CommandResult]:
         """Apply job updates in order. One update: ``scontrol update ...``. Several: one
         ``scontrol`` process reading them from stdin (each still one RPC, in order); its
-        stderr names the job of each failure ("... for job 12"). When a failure cannot be
-        tied to a job, every update of that batch is retried alone (they are idempotent)."""
+        stderr names the job of each failure ("... for job 12"). When the batch fails as a
+        whole (no answer in time, or a failure that cannot be tied to a job), every update
+        of it is retried alone (they are idempotent; ``_alone``)."""
         updates = list(updates)
         if not updates:
             return []
@@ -225,7 +230,7 @@ class CliBackend(BackendMixin):
         try:
             proc = self.run(["scontrol"], input=text, timeout=timeout, check=False)
         except SlurmError:
-            return [self._result(["scontrol", *u.args()]) for u in updates]
+            return self._alone(updates)
         per = (time.monotonic() - t0) / len(updates)
         if proc.returncode == 0 and not proc.stderr.strip():
             return [CommandResult(("scontrol", *u.args()), True, 0, "", per) for u in updates]
@@ -240,7 +245,7 @@ class CliBackend(BackendMixin):
             else:
                 unmapped = True
         if unmapped or not errors:
-            return [self._result(["scontrol", *u.args()]) for u in updates]
+            return self._alone(updates)
         # A job with several updates in the batch: retry them alone to know which one failed.
         counts: dict[str, int] = {}
         for u in updates:
@@ -253,6 +258,31 @@ class CliBackend(BackendMixin):
                 out.append(self._result(["scontrol", *u.args()]))
             else:
                 out.append(CommandResult(("scontrol", *u.args()), False, proc.returncode, "; ".join(errors[u.job_id]), per))
+        return out
+
+    def _alone(self, updates: list[JobUpdate]) -> list[CommandResult]:
+        """Each update in its own ``scontrol``, jobs side by side (each job's own updates in
+        order): Slurm before 24.11 holds an update of a job slurmdbd has not registered for
+        5 s before it refuses it (daemon/unregistered.py), and a batch of such jobs one
+        after another would take minutes. Once one shows slurmctld gone, the updates not yet
+        started are not sent."""
+        by_job: dict[str, list[int]] = {}
+        for i, u in enumerate(updates):
+            by_job.setdefault(u.job_id, []).append(i)
+        out: list[CommandResult] = [CommandResult(("scontrol", *u.args()), False, None, NOT_SENT) for u in updates]
+        gone = threading.Event()
+
+        def run_job(indices: list[int]) -> None:
+            for i in indices:
+                if gone.is_set():
+                    return
+                out[i] = r = self._result(["scontrol", *updates[i].args()])
+                if not r.ok and controller_gone(r.error):
+                    gone.set()
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(_ALONE_WORKERS, len(by_job)),
+                                                   thread_name_prefix="slurm-update") as pool:
+            list(pool.map(run_job, by_job.values()))
         return out
 
     def create_reservation(self, name: str, nodes: Sequence[str], users: Sequence[str],

@@ -55,7 +55,7 @@ KEYS: tuple[Key, ...] = (
     Key("backend", "choice", "cli", "How Slurm is reached: `cli` (Slurm's commands) or `pyslurm`.", choices=("cli", "pyslurm")),
     Key("slurm_conf", "path", "", "SLURM_CONF for Slurm's commands; empty: the environment's or Slurm's default."),
     Key("slurm_bin_dir", "path", "", "Directory holding squeue/sinfo/scontrol; empty: PATH."),
-    Key("command_timeout", "float", 30.0, "Seconds before a Slurm command is abandoned.", minimum=1, maximum=600),
+    Key("command_timeout", "float", 30.0, "Seconds before a Slurm command is abandoned (keep it above 5 on Slurm before 24.11: see docs/reliability.md, unregistered jobs).", minimum=1, maximum=600),
     Key("cluster_file", "path", "", "Cluster TOML (see docs); when set it describes GPUs, NVLink islands and switches instead of gres.conf/topology.conf."),
     Key("gres_conf", "path", "", "gres.conf to read `Links=` from; empty: next to slurm.conf (SLURM_CONF from `scontrol show config`)."),
     Key("topology_conf", "path", "", "topology.conf for the switch tree; empty: next to slurm.conf (optional)."),

@@ -56,6 +56,7 @@ from .stability import previous_placements, stabilize
 from .status import status_doc
 from .status import write_status as write_status_file
 from .topology_source import TopologySource, TopologySourceError, load_topology
+from .unregistered import Unregistered
 
 #: Seconds of decision after which the cycle reads Slurm back before applying.
 READ_BACK_AFTER = 0.5
@@ -87,12 +88,17 @@ class CycleResult:
 
     @property
     def failed(self) -> int:
-        """Updates Slurm refused, less those whose job had left the queue (`overtaken`)."""
-        return sum(1 for o in self.outcomes if not o.ok and not o.overtaken)
+        """Updates Slurm refused, less those whose job had left the queue (`overtaken`) and
+        those of jobs slurmdbd has not registered yet (`unregistered`)."""
+        return sum(1 for o in self.outcomes if not o.ok and not o.overtaken and not o.unregistered)
 
     @property
     def overtaken(self) -> int:
         return sum(1 for o in self.outcomes if o.overtaken)
+
+    @property
+    def unregistered(self) -> int:
+        return sum(1 for o in self.outcomes if o.unregistered)
 
 
 def new_cycle_id(seq: int) -> str:
@@ -154,6 +160,7 @@ class CycleRunner:
         self.reservations = ReservationBook(self.journal)
         self._previous: dict[str, tuple[int, ...]] = {}  # last live plan's placements (stability)
         self.idle = IdleWatch()
+        self.unregistered = Unregistered(retry=config.backoff_max)  # jobs Slurm will not let us update yet
         # Shadow mode (``attentived start --shadow``): plan and journal beside Slurm's own
         # scheduler, change nothing, and record what Slurm does (ops/shadow.py).
         self.shadow = False
@@ -196,6 +203,7 @@ class CycleRunner:
                     old.cluster_file, old.gres_conf, old.topology_conf) and self._fixed_topology is None:
                 self.topology = None
             self.partitions = config.partitions
+            self.unregistered.retry = config.backoff_max
             self.setup_done = False  # re-resolve partitions, re-check Slurm settings
             self.journal.max_rows, self.journal.max_plans = config.journal_max_rows, config.journal_max_plans
 
@@ -210,7 +218,8 @@ class CycleRunner:
             self.log.warning("slurm.config_unreadable", error=str(e))
         if conf:
             self.accounting.configure(conf.get("AccountingStorageType", ""), self.config.accounting_check_interval)
-            self.slurm_findings = check_slurm_config(conf, priority_floor=self.config.priority_floor)
+            self.slurm_findings = check_slurm_config(conf, priority_floor=self.config.priority_floor,
+                                                     command_timeout=self.config.command_timeout)
             for f in self.slurm_findings:
                 getattr(self.log, "warning" if f.level != "info" else "info")(
                     "slurm.setting", key=f.key, level_found=f.level, message=f.message)
@@ -282,6 +291,8 @@ class CycleRunner:
         res.timings["snapshot"] = time.monotonic() - t
         res.timings.update({f"snapshot_{k}": v for k, v in snap.timings.items()})
         assert self.topology is not None
+        if not res.dry_run:
+            self._probe_unregistered(snap, res)
         # A slow decision (a model's first call, a large queue) sees a Slurm that has moved
         # on: read it back once, and decide again on the fresh picture if jobs started or
         # ended meanwhile, rather than send actions about a past state.
@@ -335,6 +346,12 @@ class CycleRunner:
             if readback is not None:
                 res.outcomes = overtaken(res.outcomes, lambda j: (job := readback.job(j)) is not None
                                          and job.state == "PENDING")
+            new = self.unregistered.note([o.action.job_id for o in res.outcomes if o.unregistered], time.monotonic())
+            if new:
+                self.log.warning("slurm.unregistered", jobs=new, retry_seconds=self.unregistered.retry,
+                                 message="Slurm refuses updates of these jobs until slurmdbd has registered them; "
+                                         "they are left to Slurm and asked again every retry_seconds. After a "
+                                         "slurmctld crash, Slurm before 24.11 keeps refusing until the job starts.")
             self.placements.settle_pins(res.outcomes, owned, snap, readback)
             self.reservations.settle(res.outcomes)
             self.placements.record_planned(res.cycle_id, {j: g for j, g in desired.starts.items() if j in desired.pins},
@@ -344,11 +361,25 @@ class CycleRunner:
         self.placements.note_managed(built)
         res.timings["apply"] = time.monotonic() - t
         for o in res.outcomes:
-            level = "info" if o.ok or o.overtaken else "error"
+            level = "info" if o.ok or o.overtaken else "warning" if o.unregistered else "error"
             getattr(self.log, level)("slurm.action", kind=o.action.kind, job=o.action.job_id or None,
                                      reservation=o.action.reservation or None, value=o.action.value or None,
                                      nodes=list(o.action.nodes) or None, ok=o.ok, error=o.error or None,
-                                     overtaken=o.overtaken or None, dry_run=o.dry_run, reason=o.action.reason)
+                                     overtaken=o.overtaken or None, unregistered=o.unregistered or None,
+                                     dry_run=o.dry_run, reason=o.action.reason)
+
+    def _probe_unregistered(self, snap: Snapshot, res: CycleResult) -> None:
+        """Jobs Slurm refused to update until slurmdbd registers them: forget those that
+        left the queue, and ask Slurm again about the rest when due (daemon/unregistered.py)."""
+        gone = self.unregistered.forget_gone(j.job_id for j in snap.jobs if j.pending)
+        taken: list[str] = []
+        t = time.monotonic()
+        if self.unregistered.due(t):
+            taken = self.unregistered.probe(self.backend, snap.jobs_by_id, t)
+            res.timings["probe"] = time.monotonic() - t
+        if gone or taken:
+            self.log.info("slurm.registered", jobs=taken or None, left_queue=gone or None,
+                          still_refused=sorted(self.unregistered.since) or None)
 
     def _build(self, snap: Snapshot, res: CycleResult) -> tuple[dict[str, tuple[str, ...]], Built]:
         """The daemon's pins, and the state the policy sees, from one snapshot."""
@@ -359,7 +390,7 @@ class CycleRunner:
         built = build_state(snap, self.topology, self.partitions, reservation_prefix=self.config.reservation_prefix,
                             owned_pins=owned, owned_reservations=self.reservations.owned(snap),
                             owned_exclusions=self.journal.exclusions(),
-                            avoid=self.placements.avoid())
+                            avoid=self.placements.avoid(), leave_to_slurm=self.unregistered.leave_out())
         for w in built.warnings[:20]:
             self.log.warning("snapshot.warning", message=w)
         res.counts = dict(built.counts, free_gpus=built.state.num_free)
@@ -419,7 +450,8 @@ class CycleRunner:
                 m.phase.set(res.timings[phase], phase=phase)
         for o in res.outcomes:
             m.actions.inc(kind=o.action.kind, result="dry_run" if o.dry_run else
-                          ("ok" if o.ok else "overtaken" if o.overtaken else "failed"))
+                          ("ok" if o.ok else "overtaken" if o.overtaken else
+                           "unregistered" if o.unregistered else "failed"))
         if res.counts:
             m.queue.set(res.counts.get("managed", 0))
             m.pending.set(res.counts.get("pending", 0))
@@ -437,7 +469,7 @@ class CycleRunner:
                 error=res.error, pending=res.counts.get("managed", 0), running=res.counts.get("running", 0),
                 actions=len(res.outcomes), failed=res.failed, timings=res.timings, plan=res.plan_doc,
                 outcomes=[{**o.action.as_dict(), "argv": o.argv, "ok": o.ok, "error": o.error, "dry_run": o.dry_run,
-                           "overtaken": o.overtaken} for o in res.outcomes],
+                           "overtaken": o.overtaken, "unregistered": o.unregistered} for o in res.outcomes],
             )
             self.journal.rotate()
         except Exception as e:  # a full disk must not stop scheduling
@@ -448,7 +480,8 @@ class CycleRunner:
         self.write_status()
         level = "info" if res.ok or res.skipped else "warning"
         getattr(self.log, level)("cycle.done", ok=res.ok, seconds=round(res.duration, 4), actions=len(res.outcomes),
-                      failed=res.failed, overtaken=res.overtaken or None, dry_run=res.dry_run, error=res.error or None,
+                      failed=res.failed, overtaken=res.overtaken or None, unregistered=res.unregistered or None,
+                      dry_run=res.dry_run, error=res.error or None,
                       timings={k: round(v, 4) for k, v in res.timings.items()})
 
     def _check_accounting(self) -> None:

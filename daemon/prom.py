@@ -7,7 +7,7 @@ Metrics (all prefixed ``attentived_``):
   snapshot / state / decide / apply times)
 - ``cycles_total{result}`` (ok, error, skipped), ``errors_total{kind}``
 - ``actions_total{kind,result}`` (result: ok, failed, overtaken: refused because the job had
-  just left the queue, dry_run)
+  just left the queue, unregistered: refused until slurmdbd has registered the job, dry_run)
 - ``queue_length`` (managed pending jobs), ``pending_jobs``, ``running_jobs``,
   ``free_gpus``, ``held_reservations``
 - ``placements_total{match}`` (exact, same_nodes, other_nodes, unplanned)

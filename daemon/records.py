@@ -345,3 +345,22 @@ class CommandResult:
     @property
     def error(self) -> str:
         return "" if self.ok else (" ".join(self.stderr.split())[:300] or f"exit {self.rc}")
+
+
+#: What slurmctld being down looks like in a command's error (the cli backend's own timeout too).
+_GONE = ("timed out", "Unable to contact slurm controller", "Connection refused", "Socket timed out",
+         "no answer within")  # the last is cli_backend's own timeout
+NOT_SENT = "not sent: slurmctld stopped answering earlier in this cycle"
+#: Slurm's words (22.05 to 24.05) for an update of a job slurmdbd has not yet registered
+#: (ESLURM_JOB_SETTING_DB_INX; daemon/unregistered.py).
+DB_INDEX_REFUSAL = "the DB index is being set"
+
+
+def controller_gone(error: str) -> bool:
+    """Whether a command's error says slurmctld is not answering (not a refused action)."""
+    return any(g in error for g in _GONE)
+
+
+def refused_for_db_index(error: str) -> bool:
+    """Whether an update's error is Slurm waiting for slurmdbd to register the job."""
+    return DB_INDEX_REFUSAL in error

@@ -16,7 +16,9 @@
   for at least one GPU, with their CPUs, memory, ``--exclusive``, GPU type, ``-w``, ``-x``
   and features. A pending job array record is one job (one task's GPUs): it is ordered as
   a whole, never pinned (Slurm refuses a node list on an array). ``avoid`` adds nodes a job
-  must not be planned on (where its last planned start stalled).
+  must not be planned on (where its last planned start stalled). ``leave_to_slurm`` names
+  pending jobs Slurm will not let anyone update for now (daemon/unregistered.py): they are
+  left out, like jobs of other partitions, and counted as ``unregistered``.
 - Pending jobs submitted in the same second are spread over that second in job-id order,
   so that policies keep Slurm's tie-break (lower job id first).
 - ``users`` is each user's history from finished GPU jobs slurmctld still shows
@@ -26,7 +28,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,6 +115,7 @@ def build_state(
     owned_reservations: Mapping[str, Mapping[str, object]] | None = None,
     owned_exclusions: Mapping[str, tuple[str, ...]] | None = None,
     avoid: Mapping[str, tuple[str, ...]] | None = None,
+    leave_to_slurm: Collection[str] = (),
     now: float | None = None,
 ) -> Built:
     now = snap.taken_at if now is None else now
@@ -196,7 +199,7 @@ def build_state(
     # pending jobs the daemon manages
     managed: dict[str, SlurmJob] = {}
     constrained: set[str] = set()
-    counts = {"pending": 0, "managed": 0, "ineligible": 0, "other_partitions": 0, "no_gpu": 0}
+    counts = {"pending": 0, "managed": 0, "ineligible": 0, "other_partitions": 0, "no_gpu": 0, "unregistered": 0}
     for job in snap.jobs:
         if not job.pending:
             continue
@@ -209,6 +212,9 @@ def build_state(
             continue
         if job.gpus <= 0:
             counts["no_gpu"] += 1
+            continue
+        if job.job_id in leave_to_slurm:  # Slurm refuses its updates for now (daemon/unregistered.py)
+            counts["unregistered"] += 1
             continue
         managed[job.job_id] = job
         if _constrained(job, owned_pins.get(job.job_id), own):

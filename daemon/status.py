@@ -52,16 +52,17 @@ def status_doc(*, config: Config, mode: str, policy_name: str, policy_fallback: 
         "last_cycle": None if last is None else {
             "id": last.cycle_id, "started": last.started, "duration": last.duration, "ok": last.ok,
             "skipped": last.skipped, "dry_run": last.dry_run, "error": last.error or None,
-            "actions": len(last.outcomes), "failed": last.failed, "overtaken": last.overtaken, "counts": last.counts,
+            "actions": len(last.outcomes), "failed": last.failed, "overtaken": last.overtaken,
+            "unregistered": last.unregistered, "counts": last.counts,
         },
         "updated": time.time(),
     }
 
 
 def warnings(config: Config, mode: str, last: Any) -> list[str]:
-    """What an operator must act on, from the last cycle: planned starts Slurm refused, and
-    jobs that have fit idle GPUs for longer than ``idle_warn_after`` (live mode only: in a
-    dry run nothing is meant to start)."""
+    """What an operator must act on, from the last cycle: planned starts Slurm refused, jobs
+    that have fit idle GPUs for longer than ``idle_warn_after`` (live mode only: in a dry
+    run nothing is meant to start), and jobs Slurm will not let the daemon update."""
     doc = getattr(last, "plan_doc", None) or {}
     out = [f"job {s['job']}: planned start on {','.join(s['nodes'])} did not happen ({s['reason']}); "
            f"kept off those nodes until {time.strftime('%H:%M:%S', time.localtime(s['avoid_until']))}"
@@ -70,6 +71,11 @@ def warnings(config: Config, mode: str, last: Any) -> list[str]:
     if mode == "live" and idle > config.idle_warn_after:
         out.append(f"jobs have waited {idle:.0f} s while GPUs they fit on sit idle "
                    f"(more than idle_warn_after = {config.idle_warn_after:g} s)")
+    left = (getattr(last, "counts", None) or {}).get("unregistered", 0)
+    if left:
+        out.append(f"{left} pending job(s) left to Slurm: it refuses their updates until slurmdbd has registered "
+                   "them (after a slurmctld crash, Slurm before 24.11 refuses until they start); the log's "
+                   "slurm.unregistered names them")
     return out
 
 

@@ -719,7 +719,8 @@ def config_check(path: str | os.PathLike[str] | None, *, slurm: bool = True,
     except SlurmError as e:
         add("slurm_config", "error", f"scontrol show config: {e}")
     if conf:
-        findings = check_slurm_config(conf, priority_floor=cfg.priority_floor)
+        findings = check_slurm_config(conf, priority_floor=cfg.priority_floor,
+                                      command_timeout=cfg.command_timeout)
         flagged = {f.key for f in findings}
         for f in findings:
             add(f.key, f.level, f.message)

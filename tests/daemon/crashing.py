@@ -7,7 +7,7 @@ from its creation (one count per process):
 - ``update_jobs``: each job update counts once. A batch goes to the inner backend one job at
   a time (one ``scontrol update`` each), so the kill can land between two jobs of a batch.
   Once a job's update shows slurmctld gone, the rest of that batch is not sent (it fails
-  with ``apply.NOT_SENT``), as ``execute`` does between batches;
+  with ``records.NOT_SENT``), as ``execute`` does between batches;
 - ``create_reservation``, ``update_reservation``, ``delete_reservation``, ``hold`` and
   ``release``: one count per call.
 
@@ -25,9 +25,8 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attentived.daemon.apply import NOT_SENT, controller_gone
 from attentived.daemon.backend import Backend
-from attentived.daemon.records import CommandResult, JobUpdate
+from attentived.daemon.records import NOT_SENT, CommandResult, JobUpdate, controller_gone
 
 
 class CrashingBackend:

@@ -13,6 +13,7 @@ import pytest
 from attentived.daemon.cli_backend import CliBackend
 from attentived.daemon.connect import make_backend
 from attentived.daemon.records import (
+    NOT_SENT,
     JobUpdate,
     SlurmCommandError,
     SlurmParseError,
@@ -45,9 +46,15 @@ case "$name $*" in
        echo "scontrol: $line"
        case "$line" in *JobId=99999*) echo "Invalid job id specified for job 99999" >&2; rc=1 ;; esac
        case "$line" in *JobId=77777*) echo "Unexpected message" >&2; rc=1 ;; esac
+       case "$line" in *JobId=88*) sleep 1 ;; esac
+       case "$line" in *JobId=666*) echo "Unable to contact slurm controller (connect failure)" >&2; rc=1 ;; esac
      done; exit $rc ;;
   "scontrol update JobId=77777"*) echo "Unexpected message" >&2; exit 1 ;;
   "scontrol update JobId=99999"*) echo "Invalid job id specified for job 99999" >&2; exit 1 ;;
+  "scontrol update JobId=88"*) echo "start $(date +%s.%N)" >> "$STUB_LOG.times"; sleep 1
+     echo "end $(date +%s.%N)" >> "$STUB_LOG.times"
+     echo "Job update not available right now, the DB index is being set, try again in a bit for job ${2#JobId=}" >&2; exit 1 ;;
+  "scontrol update JobId=666"*) sleep 0.5; echo "Unable to contact slurm controller (connect failure)" >&2; exit 1 ;;
   scontrol*) exit 0 ;;
   *) echo "stub: unexpected $name $*" >&2; exit 2 ;;
 esac
@@ -113,6 +120,31 @@ def test_unmapped_batch_error_retries_each_update_alone(tmp_path, monkeypatch):
     res = be.update_jobs([JobUpdate("5", (("Priority", "100"),)), JobUpdate("77777", (("Priority", "5"),))])
     assert [r.ok for r in res] == [True, False] and "Unexpected" in res[1].error
     assert ["scontrol", "update", "JobId=5", "Priority=100"] in _argv_log(log)
+
+
+def test_batch_without_answer_in_time_retries_jobs_side_by_side(tmp_path, monkeypatch):
+    # Slurm before 24.11 holds each update of a job slurmdbd has not registered for 5 s (1 s
+    # here) and refuses it: the batch runs out of time (2 s), and the updates retried alone
+    # run side by side, each job's own in order
+    be, log = _stubs(tmp_path, "22.05.8", FIX / "slurm-22.05", monkeypatch)
+    ups = [JobUpdate(str(88001 + i), (("Priority", str(10 + i)),)) for i in range(4)]
+    res = be.update_jobs(ups)
+    assert [r.ok for r in res] == [False] * 4
+    assert all(r.error.endswith(f"for job {u.job_id}") and "DB index is being set" in r.error for r, u in zip(res, ups))
+    times = [line.split() for line in Path(f"{log}.times").read_text().splitlines()]
+    starts = [float(t) for kind, t in times if kind == "start"]
+    ends = [float(t) for kind, t in times if kind == "end"]
+    assert len(starts) == 4 and max(starts) < min(ends)  # all four were in Slurm at once
+
+
+def test_updates_retried_alone_stop_once_slurmctld_is_gone(tmp_path, monkeypatch):
+    be, log = _stubs(tmp_path, "22.05.8", FIX / "slurm-22.05", monkeypatch)
+    ups = [JobUpdate(str(66601 + i), (("Priority", "5"),)) for i in range(12)]
+    res = be.update_jobs(ups)
+    singles = [a for a in _argv_log(log) if a[:2] == ["scontrol", "update"]]
+    assert not any(r.ok for r in res)
+    assert 1 <= len(singles) <= 8  # the first round (8 at a time) shows slurmctld gone: no second round
+    assert sum(r.error == NOT_SENT for r in res) == 12 - len(singles)
 
 
 def test_errors_carry_argv_rc_and_stderr(tmp_path, monkeypatch):

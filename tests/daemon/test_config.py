@@ -66,6 +66,9 @@ def test_every_key_is_documented():
     assert documented == {k.name for k in C.KEYS}, documented ^ {k.name for k in C.KEYS}
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
 def test_slurm_settings_are_checked():
     from attentived.daemon.checks import check_slurm_config
     from attentived.daemon.scontrol_text import parse_config
@@ -79,6 +82,20 @@ def test_slurm_settings_are_checked():
     assert "priority/basic" in found["PriorityType"].message
     assert "2000000 >= priority_floor" in found["PriorityWeight*"].message
     assert found["GresTypes"].level == "error" and "SelectType" in found
+
+
+def test_a_timeout_too_short_for_slurms_db_index_refusal_is_named():
+    from attentived.daemon.checks import check_slurm_config
+    from attentived.daemon.scontrol_text import parse_config
+
+    def keys(version: str, timeout: float, storage: str = "accounting_storage/slurmdbd") -> set[str]:
+        conf = parse_config((FIXTURES / f"slurm-{version}" / "scontrol-show-config.txt").read_text())
+        return {f.key for f in check_slurm_config(dict(conf, AccountingStorageType=storage), command_timeout=timeout)}
+
+    assert "command_timeout" in keys("22.05", 5)
+    assert "command_timeout" not in keys("22.05", 6)
+    assert "command_timeout" not in keys("22.05", 1, storage="accounting_storage/none")
+    assert "command_timeout" not in keys("24.11", 1)  # 24.11 makes the index itself and never refuses
 
 
 def test_a_model_named_twice_is_refused(tmp_path):
