@@ -12,7 +12,13 @@ Reported: p50 / p99 / max of the steady cycles (whole cycle and per phase), the 
 actions per cycle and the peak RSS of the process (the daemon's cycle runner plus the bench).
 Prints a table and writes bench/results/daemon_cycle.json. Needs root (the lab).
 
+The labs run slurmdbd and MariaDB, as sites run Slurm; ``--no-accounting`` leaves them out.
+With slurmdbd, Slurm 22.05 holds an update of a job slurmdbd is still registering (new jobs,
+every 5 s) and retries it each second inside slurmctld, so a cycle that updates jobs
+submitted a moment ago can take a second longer (daemon/unregistered.py).
+
     sudo .venv/bin/python bench/daemon_cycle.py                 # 200 on 4 nodes, 1000 on 16
+    sudo .venv/bin/python bench/daemon_cycle.py --no-accounting # the same without slurmdbd
     sudo .venv/bin/python bench/daemon_cycle.py --case 1000 --cycles 50
 """
 
@@ -66,7 +72,8 @@ def submit_many(lab, jobs: list[tuple[str, int]], rng: random.Random) -> None:
             raise RuntimeError(f"sbatch failed: {_stderr(p)}")
 
 
-def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, policy: str, seed: int) -> dict:
+def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, policy: str, seed: int,
+             accounting: bool = True) -> dict:
     from attentived.daemon import config as C
     from attentived.daemon import log as dlog
     from attentived.daemon.cycle import CycleRunner
@@ -75,7 +82,7 @@ def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, polic
     dlog.configure("error", "json")
     rng = random.Random(seed)
     run_dir = Path(f"/tmp/attentived-bench-lab-{nodes}")
-    lab = Lab(run_dir=run_dir, nodes=nodes, nodes_per_switch=nodes_per_switch, port_base=PORT_BASE + 100 * (nodes // 4),
+    lab = Lab(run_dir=run_dir, accounting=accounting, nodes=nodes, nodes_per_switch=nodes_per_switch, port_base=PORT_BASE + 100 * (nodes // 4),
               users=("alice", "bob", "carol"))
     if lab.is_running():
         lab.stop()
@@ -113,7 +120,8 @@ def run_case(pending: int, nodes: int, nodes_per_switch: int, cycles: int, polic
         idle = eng.run_cycle()  # nothing changed since the last cycle (no churn between)
         steady = [r["seconds"] for r in rows]
         out = {
-            "pending": pending, "nodes": nodes, "gpus": nodes * 8, "policy": policy, "cycles": len(rows),
+            "pending": pending, "nodes": nodes, "gpus": nodes * 8, "policy": policy, "accounting": accounting,
+            "cycles": len(rows),
             "lab_start_s": round(started, 2), "submit_s": round(submitted, 2),
             "cold": {"seconds": round(cold.duration, 4), "actions": len(cold.outcomes), "failed": cold.failed,
                      **{k: round(cold.timings.get(k, 0.0), 4) for k in ("snapshot", "decide", "apply")}},
@@ -142,15 +150,20 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=30)
     ap.add_argument("--policy", default="fifo+consolidate")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-accounting", dest="accounting", action="store_false",
+                    help="labs without slurmdbd (default: with it, as sites run Slurm; 22.05 then holds a new "
+                         "job's first update up to 1 s while slurmdbd registers the job)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:  # one case in a fresh process, so that its peak RSS is its own
-        print(json.dumps(run_case(args.child, **CASES[args.child], cycles=args.cycles, policy=args.policy, seed=args.seed)))
+        print(json.dumps(run_case(args.child, **CASES[args.child], cycles=args.cycles, policy=args.policy, seed=args.seed,
+                                  accounting=args.accounting)))
         return 0
     results = []
     for case in args.case or sorted(CASES):
         proc = subprocess.run([sys.executable, __file__, "--child", str(case), "--cycles", str(args.cycles),
-                               "--policy", args.policy, "--seed", str(args.seed)], capture_output=True, text=True,
+                               "--policy", args.policy, "--seed", str(args.seed),
+                               *([] if args.accounting else ["--no-accounting"])], capture_output=True, text=True,
                               cwd=ROOT, timeout=1800)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
@@ -158,7 +171,8 @@ def main() -> int:
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     head = (f"{'pending':>7} {'nodes':>5} {'cold s':>7} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'snap p50':>8} "
             f"{'apply p50':>9} {'actions':>7} {'idle':>5} {'RSS MB':>7}")
-    print(f"daemon cycle latency, policy {args.policy}, {args.cycles} cycles with churn, {platform.node()}")
+    print(f"daemon cycle latency, policy {args.policy}, {args.cycles} cycles with churn, "
+          f"{'with' if args.accounting else 'without'} slurmdbd, {platform.node()}")
     print(head)
     for r in results:
         s = r["steady"]
@@ -166,14 +180,18 @@ def main() -> int:
               f"{s['snapshot_p50']:>8.3f} {s['apply_p50']:>9.3f} {s['actions_mean']:>7.1f} {r['unchanged_cycle']['actions']:>5} "
               f"{r['peak_rss_mb']:>7.1f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    try:  # keep earlier results of other cases / policies
-        old = [r for r in json.loads(RESULTS.read_text())["results"]
-               if (r["pending"], r["policy"]) not in {(x["pending"], x["policy"]) for x in results}]
+    def key(r: dict) -> tuple:
+        return r["pending"], r["policy"], r.get("accounting", False)  # rows before the flag: labs without slurmdbd
+
+    try:  # keep earlier results of other cases / policies / labs
+        old = [r for r in json.loads(RESULTS.read_text())["results"] if key(r) not in {key(x) for x in results}]
     except (OSError, ValueError, KeyError):
         old = []
-    results = sorted(old + results, key=lambda r: (r["policy"] != "fifo+consolidate", r["policy"], r["pending"]))
+    results = sorted(old + results, key=lambda r: (not r.get("accounting", False), r["policy"] != "fifo+consolidate",
+                                                   r["policy"], r["pending"]))
     RESULTS.write_text(json.dumps({
-        "command": "sudo .venv/bin/python bench/daemon_cycle.py" + (f" --cycles {args.cycles}" if args.cycles != 30 else ""),
+        "command": "sudo .venv/bin/python bench/daemon_cycle.py [--no-accounting]"
+                   + (f" --cycles {args.cycles}" if args.cycles != 30 else ""),
         "machine": {"host": platform.node(), "python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "slurm": subprocess.run(["dpkg-query", "-W", "-f=${Version}", "slurmctld"], capture_output=True, text=True).stdout,
         "results": results,

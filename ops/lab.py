@@ -228,6 +228,24 @@ class Lab:
         Raises LabError when it is already running (``stop()`` first) or does not come up.
         """
         self.prepare()
+        args = ["--nodes", str(self.nodes), "--nodes-per-switch", str(self.nodes_per_switch),
+                "--port-base", str(self.port_base)]
+        if self.slurm:
+            args += ["--slurm", self.slurm]
+        t0 = time.monotonic()
+        _run_script("start.sh", args, env=self._start_env(), timeout=timeout)
+        return time.monotonic() - t0
+
+    def render(self, timeout: float = 30) -> Path:
+        """Write the configuration files ``start()`` would write into ``run_dir/etc``, without
+        starting anything."""
+        args = ["--render-only", "--nodes", str(self.nodes), "--nodes-per-switch",
+                str(self.nodes_per_switch), "--port-base", str(self.port_base)]
+        _run_script("start.sh", args, env=self._start_env(), timeout=timeout)
+        return self.run_dir / "etc"
+
+    def _start_env(self) -> dict[str, str]:
+        """start.sh's settings for this lab (users, accounting, scheduler, extra lines)."""
         env = self._script_env()
         env["ATTENTIVED_LAB_USERS"] = " ".join(self.users)
         env["ATTENTIVED_LAB_WARMUP"] = "1" if self.warmup else "0"
@@ -237,20 +255,7 @@ class Lab:
                            ("SCHED_PARAMS", self.sched_params), ("EXTRA_CONF", self.extra_conf)):
             if value is not None:
                 env[f"ATTENTIVED_LAB_{key}"] = value
-        args = ["--nodes", str(self.nodes), "--nodes-per-switch", str(self.nodes_per_switch),
-                "--port-base", str(self.port_base)]
-        if self.slurm:
-            args += ["--slurm", self.slurm]
-        t0 = time.monotonic()
-        _run_script("start.sh", args, env=env, timeout=timeout)
-        return time.monotonic() - t0
-
-    def render(self, timeout: float = 30) -> Path:
-        """Write the configuration files into ``run_dir/etc`` without starting anything."""
-        args = ["--render-only", "--nodes", str(self.nodes), "--nodes-per-switch",
-                str(self.nodes_per_switch), "--port-base", str(self.port_base)]
-        _run_script("start.sh", args, env=self._script_env(), timeout=timeout)
-        return self.run_dir / "etc"
+        return env
 
     def stop(self, timeout: float = 90) -> None:
         """Cancel the lab's jobs, end all its daemons and unmount its Debian root, if it has

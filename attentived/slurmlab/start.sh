@@ -145,8 +145,11 @@ AccountingStoragePort=$PORT_DBD
 AccountingStoragePass=$RUN/munge/munge.sock
 AccountingStorageEnforce=associations
 AccountingStorageTRES=gres/gpu,gres/gpu:h100"
+    billing=" TRESBillingWeights=CPU=0,GRES/gpu=1"
 else
+    # slurmctld tracks GRES only with slurmdbd, and refuses billing weights on an untracked TRES
     acct_lines="AccountingStorageType=accounting_storage/none"
+    billing=""
 fi
 
 render() {  # render TEMPLATE OUT
@@ -154,7 +157,8 @@ render() {  # render TEMPLATE OUT
         '$0 == "@NODE_LINES@" { print nl; next } $0 == "@ACCOUNTING_LINES@" { print al; next } { print }' "$1" |
         sed -e "s|@RUN@|$RUN|g" -e "s|@PORT_CTLD@|$PORT|g" -e "s|@NODE_RANGE@|$(range node 1 "$NODES")|g" \
             -e "s|@SCHED_PARAMS@|$SCHED_PARAMS|g" -e "s|@SCHED_TYPE@|$SCHED_TYPE|g" \
-            -e "s|@PRIO_TYPE@|$PRIO_TYPE|g" -e "s|@PORT_DBD@|$PORT_DBD|g" -e "s|@PORT_DB@|$PORT_DB|g" > "$2"
+            -e "s|@PRIO_TYPE@|$PRIO_TYPE|g" -e "s|@PORT_DBD@|$PORT_DBD|g" -e "s|@PORT_DB@|$PORT_DB|g" \
+            -e "s|@BILLING@|$billing|g" > "$2"
 }
 render "$LAB_HERE/slurm.conf.in" "$RUN/etc/slurm.conf"
 render "$LAB_HERE/gres.conf.in" "$RUN/etc/gres.conf"

@@ -56,6 +56,16 @@ def test_render_default_four_nodes(tmp_path):
     assert all((etc.parent / "dev" / f"nvidia{i}").is_symlink() for i in range(8))
 
 
+def test_render_without_accounting_bills_nothing(tmp_path):
+    # slurmctld tracks GRES only with slurmdbd and refuses billing weights on an untracked TRES
+    with_dbd = "\n".join(_conf_lines(Lab(run_dir=tmp_path / "a").render() / "slurm.conf"))
+    without = "\n".join(_conf_lines(Lab(run_dir=tmp_path / "b", accounting=False).render() / "slurm.conf"))
+    assert "TRESBillingWeights=CPU=0,GRES/gpu=1" in with_dbd and "accounting_storage/slurmdbd" in with_dbd
+    assert "TRESBilling" not in without and "AccountingStorageTRES" not in without
+    assert "AccountingStorageType=accounting_storage/none" in without
+    assert not re.search(r"@[A-Z_]+@", without)
+
+
 def test_render_sixteen_nodes(tmp_path):
     etc = Lab(run_dir=tmp_path / "lab", nodes=16, nodes_per_switch=4, port_base=20000).render()
     conf = (etc / "slurm.conf").read_text()
@@ -242,6 +252,19 @@ def test_reset_cancels_jobs_and_resumes_nodes(clean_lab):
     assert lab.job_state(running) == "CANCELLED" and lab.job_state(held) == "CANCELLED"
     assert lab.reservations() == {}
     assert {n["State"] for n in lab.nodes_info().values()} == {"IDLE"}
+
+
+@pytest.mark.slurm
+def test_lab_without_accounting_runs_gpu_jobs(slurm_lab, tmp_path):
+    lab = Lab(run_dir=tmp_path / "lab", port_base=DEFAULT_PORT_BASE + 300, accounting=False)
+    try:
+        lab.start()
+        job = lab.submit(None, 2, script="sleep 1")  # root: alice cannot read pytest's tmp_path
+        lab.wait_for_state(job, "COMPLETED", timeout=30)
+        assert "accounting_storage/none" in lab.scontrol("show", "config")
+    finally:
+        lab.stop()
+    assert slurm_lab.is_running()
 
 
 @pytest.mark.slurm
