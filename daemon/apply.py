@@ -305,7 +305,9 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
     """The actions that take Slurm from ``built.snapshot`` to ``desired``, in apply order.
 
     Only the daemon's own reservations (``built.own_reservations``) and jobs of the managed
-    partitions are ever named in an action."""
+    partitions are ever named in an action, and never a job Slurm will not let the daemon
+    update now (``built.left_to_slurm``): its pin, exclusion or reservation of the daemon's
+    stays until Slurm takes updates of it again (each try would cost 5 s and be refused)."""
     snap = built.snapshot
     now = snap.taken_at if now is None else now
     jobs = snap.jobs_by_id
@@ -317,14 +319,15 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
     foreign = {r.name for r in snap.reservations if r.name not in own}
     attach_wanted = ({spec.job_id: name for name, spec in desired.holds.items() if name not in foreign}
                      if settings.hold_mode == "attach" else {})
+    left = built.left_to_slurm
     for attached in snap.jobs:
         if (attached.pending and attached.reservation in own and in_partitions(attached, built.partitions)
-                and attach_wanted.get(attached.job_id) != attached.reservation):
+                and attached.job_id not in left and attach_wanted.get(attached.job_id) != attached.reservation):
             early.append(Action("detach", attached.job_id, reservation=attached.reservation, reason="hold gone or moved"))
     # pins the daemon set that the plan no longer wants
     for job_id, pin in owned_pins.items():
         job = jobs.get(job_id)
-        if job is None or not job.pending or tuple(job.required_nodes) != tuple(pin):
+        if job is None or not job.pending or tuple(job.required_nodes) != tuple(pin) or job_id in left:
             continue
         if desired.pins.get(job_id) is None:
             early.append(Action("unpin", job_id, nodes=tuple(pin), reason="no longer planned to start"))
@@ -333,7 +336,7 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
     unexclude_late: set[str] = set()
     for job_id, exc in built.own_exclusions.items():
         job = jobs.get(job_id)
-        if job is None or not job.pending or job_id in desired.exclusions:
+        if job is None or not job.pending or job_id in desired.exclusions or job_id in left:
             continue
         if job_id in desired.pins:
             unexclude_late.add(job_id)

@@ -63,6 +63,7 @@ class Built:
     running_gpus: dict[str, tuple[int, ...]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    left_to_slurm: frozenset[str] = frozenset()  # pending jobs Slurm will not let the daemon update now
 
     def nodes_of(self, gpus: Iterable[int]) -> tuple[str, ...]:
         topo = self.topology
@@ -228,7 +229,7 @@ def build_state(
                          nodes=capacity)
     return Built(state=state, snapshot=snap, topology=topo, partitions=partitions, managed=managed,
                  constrained=constrained, own_reservations=dict(own), own_exclusions=own_exclusions,
-                 node_reasons=node_reasons,
+                 node_reasons=node_reasons, left_to_slurm=frozenset(leave_to_slurm),
                  running_gpus=running_gpus, warnings=warnings, counts=counts)
 
 

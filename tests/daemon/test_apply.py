@@ -67,11 +67,12 @@ def cluster(pend=(), run=None):
     return FakeBackend([*run, *pend], nodes, now=NOW)
 
 
-def cycle(fake, policy="fifo+consolidate", settings=S, owned=None, plan=None, partitions=("main",)):
+def cycle(fake, policy="fifo+consolidate", settings=S, owned=None, plan=None, partitions=("main",), left=()):
     owned = PINS["pins"] if owned is None else owned
     snap = fake.snapshot()
     built = build_state(snap, TOPO, partitions, reservation_prefix=settings.reservation_prefix, owned_pins=owned or {},
-                        owned_reservations=BOOKS["book"].owned(snap), owned_exclusions=PINS["exclusions"])
+                        owned_reservations=BOOKS["book"].owned(snap), owned_exclusions=PINS["exclusions"],
+                        leave_to_slurm=left)
     plan = plan or make_policy(policy).decide(built.state)
     desired = desired_state(plan, built, settings)
     actions = plan_actions(desired, built, settings, owned or {})
@@ -208,6 +209,24 @@ def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted(
     assert kinds.index(("detach", "1")) < kinds.index(("reservation_delete", "attentived-1"))
     apply(fake, actions)
     assert fake.jobs["1"].reservation == "" and fake.reservations == {}
+
+
+def test_a_job_left_to_slurm_is_named_in_no_action():
+    # Slurm refuses its updates for now (daemon/unregistered.py): its pin, exclusion and
+    # reservation of the daemon's stay (a reservation is not deleted under a pending job)
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
+    apply(fake, cycle(fake, settings=ATTACH)[2])
+    assert fake.jobs["1"].reservation == "attentived-1"
+    _p, _d, actions = cycle(fake, settings=ATTACH, left={"1"})
+    assert not [a for a in actions if a.job_id == "1" or a.reservation == "attentived-1"], actions
+    fake = cluster([pending("3", "alice", 1)], run=[running("100", "root", "node1", range(6))])
+    apply(fake, cycle(fake)[2])
+    pinned = {"3": fake.jobs["3"].required_nodes}
+    assert pinned["3"]
+    _p, _d, actions = cycle(fake, owned=pinned, plan=Plan(order=()), left={"3"})
+    assert not [a for a in actions if a.job_id == "3"], actions
+    _p, _d, actions = cycle(fake, owned=pinned, plan=Plan(order=()))
+    assert ("unpin", "3") in [(a.kind, a.job_id) for a in actions]
 
 
 def test_reservation_lease_is_renewed_when_half_is_gone():
