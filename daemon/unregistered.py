@@ -11,9 +11,10 @@ never asks again (22.05's ``_set_db_inx_thread`` skips every job whose index is 
 
 Sending such a job's updates every cycle would cost 5 s of slurmctld's time per job and
 fail every cycle, with nothing the daemon can change. So a refused job is left to Slurm,
-like a job the daemon does not manage (its priority and node list stay as they are), and is
-probed again every ``retry`` seconds with an update that changes nothing (its own
-``ExcNodeList`` written back); once Slurm takes one, the daemon manages it again.
+like a job the daemon does not manage (no action names it: its priority, node list and any
+pin, exclusion or reservation of the daemon's stay as they are), and is probed again every
+``retry`` seconds (the daemon's ``backoff_max``) with an update that changes nothing (its
+own ``ExcNodeList`` written back); once Slurm takes one, the daemon manages it again.
 """
 
 from __future__ import annotations
