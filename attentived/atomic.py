@@ -29,9 +29,8 @@ def write_folder(out: Path, fill: Callable[[Path], None]) -> list[Path]:
 
 def write_file(path: Path, write: Callable[[Path], object]) -> None:
     """Let ``write`` fill a temporary file beside ``path`` (``path`` plus ``.tmp``; what it
-    returns is ignored), then
-    rename it over ``path``: a reader, or a run stopped half-way, never sees half a file;
-    a failed write leaves the old file and no temporary one."""
+    returns is ignored), then rename it over ``path``: a reader, or a run stopped half-way,
+    never sees half a file; a failed write leaves the old file and no temporary one."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         write(tmp)

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .records import SlurmParseError, SlurmVersion
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -76,7 +78,7 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
     if select and select != "select/cons_tres":
         out.append(Finding("warning", "SelectType", f"SelectType={select}: GPU indices per job need select/cons_tres"))
     if (conf.get("AccountingStorageType", "") == "accounting_storage/slurmdbd" and command_timeout <= DB_INDEX_HOLD
-            and _version(conf.get("SLURM_VERSION", "")) < (24, 11)):
+            and _before_24_11(conf.get("SLURM_VERSION", ""))):
         out.append(Finding("warning", "command_timeout", (
             f"command_timeout = {command_timeout:g} s: Slurm {conf.get('SLURM_VERSION', '?')} holds an update of a job "
             f"slurmdbd has not registered yet for {DB_INDEX_HOLD:g} s before refusing it; with a shorter timeout that "
@@ -86,10 +88,13 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
     return out
 
 
-def _version(text: str) -> tuple[int, ...]:
-    """"22.05.8" -> (22, 5, 8); unreadable -> () (older than any version)."""
-    parts = text.split(".")[:2]
-    return tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) and parts != [""] else ()
+def _before_24_11(text: str) -> bool:
+    """Whether ``scontrol show config``'s SLURM_VERSION is older than 24.11 (unreadable:
+    assume so)."""
+    try:
+        return SlurmVersion.parse(text).tuple < (24, 11)
+    except SlurmParseError:
+        return True
 
 
 OPERATOR_LEVELS = ("operator", "administrator")

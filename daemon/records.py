@@ -290,6 +290,12 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _UPDATABLE = {"Priority", "ReqNodeList", "ReservationName", "ExcNodeList", "AdminComment"}
 
 
+def job_number(job_id: str) -> int:
+    """A job id as the number Slurm orders by (lower first); 0 for ids that are not plain
+    numbers (array tasks, het components), which then sort first."""
+    return int(job_id) if job_id.isdigit() else 0
+
+
 def check_job_id(job_id: str | int) -> str:
     text = str(job_id)
     if not _JOB_ID.fullmatch(text):

@@ -36,7 +36,7 @@ import numpy as np
 from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 
-from .records import SlurmJob, SlurmReservation, Snapshot, in_partitions
+from .records import SlurmJob, SlurmReservation, Snapshot, in_partitions, job_number
 
 #: Seconds of clock difference tolerated between the daemon and slurmctld when a new
 #: reservation's start time is compared with the moment the daemon asked for it.
@@ -259,7 +259,7 @@ def _tie_break(jobs: list[SlurmJob], now: float) -> dict[str, float]:
         by_second.setdefault(job.submit_time or now, []).append(job)
     out: dict[str, float] = {}
     for second, group in by_second.items():
-        group.sort(key=lambda j: (int(j.job_id) if j.job_id.isdigit() else 0, j.job_id))
+        group.sort(key=lambda j: (job_number(j.job_id), j.job_id))
         for rank, job in enumerate(group):
             out[job.job_id] = second + rank / (len(group) + 1)
     return out

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .backend import Backend
-from .records import JobUpdate, SlurmJob, controller_gone, refused_for_db_index
+from .records import JobUpdate, SlurmJob, controller_gone, job_number, refused_for_db_index
 
 
 def probe_update(job: SlurmJob) -> JobUpdate:
@@ -72,7 +72,7 @@ class Unregistered:
         if not self.due(now):
             return []
         accepted: list[str] = []
-        for job_id in sorted(self.since, key=lambda j: (self.since[j], int(j) if j.isdigit() else 0, j)):
+        for job_id in sorted(self.since, key=lambda j: (self.since[j], job_number(j), j)):
             job = jobs.get(job_id)
             if job is None:
                 continue

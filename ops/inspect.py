@@ -57,7 +57,7 @@ from attentived.daemon.backend import Backend
 from attentived.daemon.checks import check_slurm_config, keeps_accounting
 from attentived.daemon.connect import make_backend
 from attentived.daemon.journal import Journal
-from attentived.daemon.records import SlurmError, SlurmJob, Snapshot
+from attentived.daemon.records import SlurmError, SlurmJob, Snapshot, job_number
 from attentived.daemon.snapshot import Built, build_state
 from attentived.daemon.topology_source import TopologySourceError, load_topology
 from attentived.topology import Topology, TopologyParseError
@@ -491,7 +491,7 @@ def slurm_start_estimates(backend: Backend) -> dict[str, float]:
 
 def slurm_order(jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
     """Slurm's own start order for pending jobs: priority, then submit time, then job id."""
-    return sorted(jobs, key=lambda j: (-j.priority, j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0))
+    return sorted(jobs, key=lambda j: (-j.priority, j.submit_time or 0.0, job_number(j.job_id)))
 
 
 def _names(built: Built, gpus: Sequence[int]) -> tuple[list[str], list[str]]:
