@@ -32,7 +32,12 @@ from .records import (
 class Backend(Protocol):
     """What the cycle needs from Slurm. All write methods return ``CommandResult``s instead of
     raising for per-action failures (a failed action must not stop the rest of a plan);
-    reads raise ``SlurmError``."""
+    reads raise ``SlurmError``.
+
+    Every reservation a backend creates or updates carries ``records.NO_HOLD_AFTER_END``: by default
+    Slurm *holds* (priority 0, reason ``ResvDeleted``) each job still waiting in a
+    reservation when it ends, and the daemon's reservations end by lease expiry when the
+    daemon is gone, or are ended under a job the daemon may not update."""
 
     name: str
 

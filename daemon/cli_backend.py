@@ -24,6 +24,7 @@ from typing import Any
 from . import scontrol_text, slurm_json
 from .backend import BackendMixin
 from .records import (
+    NO_HOLD_AFTER_END,
     NOT_SENT,
     CommandResult,
     JobUpdate,
@@ -289,14 +290,14 @@ class CliBackend(BackendMixin):
                            minutes: int, ignore_jobs: bool) -> CommandResult:
         argv = ["scontrol", "create", "reservation", f"ReservationName={check_name(name, 'reservation')}",
                 f"Nodes={node_list(nodes)}", f"Users={','.join(check_name(u, 'user') for u in users)}",
-                "StartTime=now", f"Duration={max(1, int(minutes))}"]
-        if ignore_jobs:
-            argv.append("Flags=IGNORE_JOBS")
+                "StartTime=now", f"Duration={max(1, int(minutes))}",
+                "Flags=" + ",".join(("IGNORE_JOBS",) * ignore_jobs + (NO_HOLD_AFTER_END,))]
         return self._result(argv)
 
     def update_reservation(self, name: str, **fields: str) -> CommandResult:
         allowed = {"Nodes", "Users", "Duration", "EndTime", "Flags"}
         args = []
+        flags = [NO_HOLD_AFTER_END]  # also on reservations made before it was (flags only add up)
         for key, value in fields.items():
             if key not in allowed:
                 raise ValueError(f"refusing to update reservation field {key!r}")
@@ -311,7 +312,11 @@ class CliBackend(BackendMixin):
                 raise ValueError(f"Duration must be whole minutes, got {value!r}")
             elif key == "EndTime" and not re.fullmatch(r"now(\+[0-9]{1,6})?|[0-9T:-]{10,19}", str(value)):
                 raise ValueError(f"EndTime must be 'now', 'now+SECONDS' or YYYY-MM-DDTHH:MM:SS, got {value!r}")
+            if key == "Flags":
+                flags.insert(0, value)
+                continue
             args.append(f"{key}={value}")
+        args.append("Flags=" + ",".join(flags))
         return self._result(["scontrol", "update", f"ReservationName={check_name(name, 'reservation')}", *args])
 
     def delete_reservation(self, name: str) -> CommandResult:

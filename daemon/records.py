@@ -360,6 +360,10 @@ NOT_SENT = "not sent: slurmctld stopped answering earlier in this cycle"
 #: Slurm's words (22.05 to 24.05) for an update of a job slurmdbd has not yet registered
 #: (ESLURM_JOB_SETTING_DB_INX; daemon/unregistered.py).
 DB_INDEX_REFUSAL = "the DB index is being set"
+#: The reservation flag that keeps Slurm from holding the jobs still waiting in a reservation
+#: when it ends (Slurm's default; ``Flags=`` in ``scontrol create/update reservation``; shown
+#: as NO_HOLD_JOBS_AFTER_END). Flags are added by an update, never removed.
+NO_HOLD_AFTER_END = "NO_HOLD_JOBS_AFTER"
 
 
 def controller_gone(error: str) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .backend import BackendMixin
 from .records import (
+    NO_HOLD_AFTER_END,
     CommandResult,
     JobUpdate,
     SlurmError,
@@ -129,8 +130,9 @@ class FakeBackend(BackendMixin):
 
     def create_reservation(self, name: str, nodes: Sequence[str], users: Sequence[str], minutes: int,
                            ignore_jobs: bool) -> CommandResult:
+        flags = ("IGNORE_JOBS",) * ignore_jobs + (NO_HOLD_AFTER_END,)
         argv = ("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
-                f"Users={','.join(users)}", f"Duration={minutes}") + (("Flags=IGNORE_JOBS",) if ignore_jobs else ())
+                f"Users={','.join(users)}", f"Duration={minutes}", "Flags=" + ",".join(flags))
         self.calls.append(argv)
         err = self._err("create", name)
         if name in self.reservations:
@@ -141,8 +143,7 @@ class FakeBackend(BackendMixin):
         if err:
             return CommandResult(argv, False, 1, err)
         now = self.now if self.now is not None else time.time()
-        self.reservations[name] = SlurmReservation(name, tuple(nodes), tuple(users),
-                                                   ("IGNORE_JOBS", "SPEC_NODES") if ignore_jobs else ("SPEC_NODES",),
+        self.reservations[name] = SlurmReservation(name, tuple(nodes), tuple(users), (*flags, "SPEC_NODES"),
                                                    now, now + 60 * minutes)
         return CommandResult(argv, True)
 
@@ -166,8 +167,8 @@ class FakeBackend(BackendMixin):
             ch["end_time"] = (r.start_time or now) + 60 * int(fields["Duration"])
         if fields.get("EndTime", "").startswith("now"):
             ch["end_time"] = now + int(fields["EndTime"][4:] or 0)
-        if "Flags" in fields:
-            ch["flags"] = tuple(dict.fromkeys((*r.flags, *fields["Flags"].split(","))))
+        added = [f for f in fields.get("Flags", "").split(",") if f]
+        ch["flags"] = tuple(dict.fromkeys((*r.flags, *added, NO_HOLD_AFTER_END)))  # as the CLI backend writes
         self.reservations[name] = dataclasses.replace(r, **ch)  # type: ignore[arg-type]
         return CommandResult(argv, True)
 

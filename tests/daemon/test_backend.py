@@ -171,7 +171,11 @@ def test_reservation_commands(tmp_path, monkeypatch):
     assert be.pin("5", ["node1"]).ok and be.unpin("5").ok and be.attach("5", "attentived-5").ok and be.detach("5").ok
     calls = _argv_log(log)
     assert ["scontrol", "create", "reservation", "ReservationName=attentived-12", "Nodes=node3,node4", "Users=bob",
-            "StartTime=now", "Duration=15", "Flags=IGNORE_JOBS"] in calls
+            "StartTime=now", "Duration=15", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER"] in calls
+    # every update adds the flag too: a reservation made before it was must not hold its jobs when it ends
+    assert ["scontrol", "update", "ReservationName=attentived-12", "EndTime=now", "Flags=NO_HOLD_JOBS_AFTER"] in calls
+    assert ["scontrol", "update", "ReservationName=attentived-12", "Duration=30", "Nodes=node3",
+            "Flags=NO_HOLD_JOBS_AFTER"] in calls
     assert ["scontrol", "hold", "5,6"] in calls and ["scontrol", "update", "JobId=5", "ReqNodeList="] in calls
 
 

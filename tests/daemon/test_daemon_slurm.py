@@ -306,6 +306,26 @@ def test_attach_mode_reservation_never_outlives_its_job(clean_lab, tmp_path):
     assert jobs_now(lab)[b]["JobState"] == "PENDING"
 
 
+def test_a_hold_reservation_that_expires_leaves_its_job_pending_not_held(clean_lab, tmp_path):
+    # the daemon is gone and its reservation's lease runs out (brought forward here): Slurm
+    # holds a job still waiting in an ending reservation unless the reservation says not to
+    lab = clean_lab
+    busy_cluster(lab)
+    a = str(lab.submit("alice", 8, script="sleep 600", name="A", extra_args=["--time", "30"]))  # whole node: reservable
+    lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"])
+    eng = runner_for(lab, tmp_path, hold_mode="attach")
+    assert eng.run_cycle().ok
+    eng.journal.close()
+    resv = f"attentived-{a}"
+    assert jobs_now(lab)[a].get("Reservation") == resv
+    assert "NO_HOLD_JOBS_AFTER" in ours(lab)[resv]["Flags"]
+    lab.run(["scontrol", "update", f"ReservationName={resv}", "EndTime=now+2"])
+    job = wait_until(lambda: resv not in ours(lab) and jobs_now(lab)[a], timeout=60, poll=1, what="the reservation gone")
+    print({k: job.get(k) for k in ("JobState", "Reason", "Priority", "Reservation")})
+    assert job["JobState"] == "PENDING" and job.get("Reservation") in (None, "", "(null)")
+    assert int(job["Priority"]) > 0 and "ResvDeleted" not in job.get("Reason", "")
+
+
 def test_hostile_job_names_and_comments(clean_lab, tmp_path):
     lab = clean_lab
     name = "q\"uo'te; $(touch /tmp/pwned) `id` ünï名"
