@@ -38,7 +38,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -306,8 +306,12 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
 
     Only the daemon's own reservations (``built.own_reservations``) and jobs of the managed
     partitions are ever named in an action, and never a job Slurm will not let the daemon
-    update now (``built.left_to_slurm``): its pin, exclusion or reservation of the daemon's
-    stays until Slurm takes updates of it again (each try would cost 5 s and be refused)."""
+    update now (``built.left_to_slurm``): its pin or exclusion of the daemon's stays until
+    Slurm takes updates of it again (each try would cost 5 s and be refused). A reservation
+    of the daemon's that such a job waits in cannot be deleted (Slurm refuses while a job
+    waits in it, and the job cannot be detached), so it is ended instead: Slurm then unlinks
+    the waiting job itself, which is what leaving the job to Slurm means, and the held nodes
+    are not kept from other jobs until the lease runs out."""
     snap = built.snapshot
     now = snap.taken_at if now is None else now
     jobs = snap.jobs_by_id
@@ -351,19 +355,32 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         if spec is not None:
             continue
         if any(j.active for j in users):
-            if r.active(now) and (r.end_time is None or r.end_time > now + 60):
+            if _ends_later(r, now):
                 resv.append(Action("reservation_end", reservation=name, value=END_SOON,
                                    reason="its job runs inside; deleted once it ends"))
             continue
-        if any(j.pending and j.job_id not in detaching for j in users):
+        waiting = [j for j in users if j.pending and j.job_id not in detaching]
+        if any(j.job_id in left for j in waiting) and _ends_later(r, now):
+            resv.append(Action("reservation_end", reservation=name, value=END_SOON,
+                               reason="its job is left to Slurm; Slurm unlinks it when it ends"))
+            continue
+        if waiting:
             continue  # cannot delete yet (a job we may not detach); retried next cycle
         resv.append(Action("reservation_delete", reservation=name, reason="no hold wants it"))
     # reservations the daemon wants
     ttl_min = max(1, math.ceil(settings.reservation_ttl / 60))
+    deleting = {a.reservation for a in resv if a.kind == "reservation_delete"}
+    staying = {n: set(r.nodes) for n, r in own.items() if n not in deleting}
+    not_yet: set[str] = set()  # new holds on nodes a reservation of ours still covers
     for name, spec in desired.holds.items():
         held = own.get(name)
         if name in foreign:
             continue  # someone else's reservation carries this name: never touched
+        if held is None and any(set(spec.nodes) & nodes for other, nodes in staying.items() if other != name):
+            # one that ends soon (its job runs, or is left to Slurm): Slurm would refuse the
+            # overlap; created once that one is gone, a cycle or two later
+            not_yet.add(name)
+            continue
         if held is None:
             resv.append(Action("reservation_create", spec.job_id, reservation=name, value=str(ttl_min), nodes=spec.nodes,
                                users=spec.users, ignore_jobs=spec.ignore_jobs, reason="hold"))
@@ -388,7 +405,7 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         if job is None:
             continue
         want_resv = attach_wanted.get(job_id)
-        if want_resv and job.reservation != want_resv:
+        if want_resv and want_resv not in not_yet and job.reservation != want_resv:
             late.append(Action("attach", job_id, reservation=want_resv, reason="hold"))
         if job_id in unexclude_late:  # first: a node list inside the old exclusion is refused
             late.append(Action("unexclude", job_id, nodes=built.own_exclusions[job_id], reason="starts now"))
@@ -401,6 +418,12 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         if job_id in new_prio and new_prio[job_id] != job.priority:
             late.append(Action("priority", job_id, value=str(new_prio[job_id]), reason="plan order"))
     return early + resv + late
+
+
+def _ends_later(r: SlurmReservation, now: float) -> bool:
+    """Whether ending ``r`` soon changes anything: it is active and not already ending
+    within the minute (a reservation not yet started cannot be given an end before it)."""
+    return r.active(now) and (r.end_time is None or r.end_time > now + 60)
 
 
 # ---- running the actions ---------------------------------------------------------------------
@@ -540,16 +563,23 @@ def _run_reservation(a: Action, backend: Backend) -> Outcome:
 def hand_back_actions(snap: Snapshot, settings: Settings, partitions: Iterable[str],
                       owned_pins: Mapping[str, tuple[str, ...]], own: Mapping[str, SlurmReservation],
                       *, priorities: bool = True,
-                      owned_exclusions: Mapping[str, tuple[str, ...]] | None = None) -> tuple[list[Action], list[str]]:
+                      owned_exclusions: Mapping[str, tuple[str, ...]] | None = None,
+                      left_to_slurm: Collection[str] = ()) -> tuple[list[Action], list[str]]:
     """What returns control to Slurm: unpin the daemon's pins, detach managed jobs from its
     own reservations and delete them (end those a job runs in), and give its priorities back
     to priority/multifactor (hold + release: Slurm's documented way to reset an admin-set
     priority; skipped when ``priorities`` is false). Returns (job and reservation actions,
-    job ids to hold and release)."""
+    job ids to hold and release).
+
+    Jobs Slurm will not let anyone update now (``left_to_slurm``, daemon/unregistered.py)
+    are named in no job action, as in a cycle (each would wait 5 s and be refused); a
+    reservation one of them waits in is ended rather than deleted (Slurm refuses to delete
+    it while a job waits in it, and unlinks the job when it ends)."""
     parts = tuple(partitions)
+    left = frozenset(left_to_slurm)
     actions: list[Action] = []
     for job in snap.jobs:
-        if not job.pending:
+        if not job.pending or job.job_id in left:
             continue
         if job.reservation in own and in_partitions(job, parts):
             actions.append(Action("detach", job.job_id, reservation=job.reservation, reason="hand back"))
@@ -562,12 +592,12 @@ def hand_back_actions(snap: Snapshot, settings: Settings, partitions: Iterable[s
     for r in snap.reservations:
         if r.name not in own:
             continue
-        if any(j.active and j.reservation == r.name for j in snap.jobs):
+        if any(j.reservation == r.name and (j.active or (j.pending and j.job_id in left)) for j in snap.jobs):
             actions.append(Action("reservation_end", reservation=r.name, value=END_SOON, reason="hand back"))
         else:
             actions.append(Action("reservation_delete", reservation=r.name, reason="hand back"))
     if not priorities:
         return actions, []
     reset = [j.job_id for j in snap.jobs if j.pending and not j.held and in_partitions(j, parts)
-             and settings.in_band(j.priority)]
+             and settings.in_band(j.priority) and j.job_id not in left]
     return actions, reset

@@ -518,4 +518,4 @@ class CycleRunner:
                 return []
             return hand_back(snap, backend=self.backend, journal=self.journal, settings=self.settings,
                              partitions=self.partitions, policy_name=self.policy_name, seq=self.seq, log=self.log,
-                             pins_only=pins_only)
+                             pins_only=pins_only, left_to_slurm=self.unregistered.leave_out())

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from .apply import Action, Outcome, Settings, execute, hand_back_actions
 from .backend import Backend
 from .journal import Journal
 from .ownership import ReservationBook
-from .records import Snapshot
+from .records import Snapshot, job_number
 from .snapshot import own_reservations
 
 #: Jobs per ``scontrol hold`` / ``release`` when priorities are reset.
@@ -27,14 +27,19 @@ CHUNK = 200
 
 
 def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: Settings,
-              partitions: Sequence[str], policy_name: str, seq: int, log: Any, pins_only: bool = False) -> list[Outcome]:
+              partitions: Sequence[str], policy_name: str, seq: int, log: Any, pins_only: bool = False,
+              left_to_slurm: Collection[str] = ()) -> list[Outcome]:
     """Undo the daemon's pins, reservations and priorities seen in ``snap``; every outcome.
     ``pins_only``: only the pins (``clear_pins_on_exit``: reservations expire by themselves,
-    priorities stay for the next start)."""
+    priorities stay for the next start). ``left_to_slurm``: the jobs Slurm refuses updates
+    of now (daemon/unregistered.py), named in no job action; whatever of the daemon's they
+    carry stays, and the log says so."""
     owned = journal.pins()
     own = own_reservations(snap, ReservationBook(journal).owned(snap))
     actions, reset = hand_back_actions(snap, settings, partitions, owned, own, priorities=not pins_only,
-                                       owned_exclusions=journal.exclusions())
+                                       owned_exclusions=journal.exclusions(), left_to_slurm=left_to_slurm)
+    if left_to_slurm:
+        log.warning("handback.left_to_slurm", jobs=sorted(left_to_slurm, key=job_number))
     if pins_only:
         actions = [a for a in actions if a.kind in ("unpin", "unexclude")]
     outcomes = execute(actions, backend)

@@ -212,13 +212,19 @@ def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted(
 
 
 def test_a_job_left_to_slurm_is_named_in_no_action():
-    # Slurm refuses its updates for now (daemon/unregistered.py): its pin, exclusion and
-    # reservation of the daemon's stay (a reservation is not deleted under a pending job)
+    # Slurm refuses its updates for now (daemon/unregistered.py): its pin and exclusion of the
+    # daemon's stay; its reservation, which cannot be deleted while it waits in it nor left
+    # to hold nodes for a job the daemon no longer plans, is ended (Slurm unlinks the job)
     fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
     apply(fake, cycle(fake, settings=ATTACH)[2])
     assert fake.jobs["1"].reservation == "attentived-1"
-    _p, _d, actions = cycle(fake, settings=ATTACH, left={"1"})
-    assert not [a for a in actions if a.job_id == "1" or a.reservation == "attentived-1"], actions
+    _p, desired, actions = cycle(fake, settings=ATTACH, left={"1"})
+    assert not [a for a in actions if a.job_id == "1"], actions
+    assert [(a.kind, a.value) for a in actions if a.reservation == "attentived-1"] == [("reservation_end", "now+5")]
+    assert "attentived-1" not in desired.holds
+    apply(fake, actions)
+    assert fake.reservations["attentived-1"].end_time == fake.now + 5
+    assert not [a for a in cycle(fake, settings=ATTACH, left={"1"})[2] if a.reservation == "attentived-1"]  # ending
     fake = cluster([pending("3", "alice", 1)], run=[running("100", "root", "node1", range(6))])
     apply(fake, cycle(fake)[2])
     pinned = {"3": fake.jobs["3"].required_nodes}
@@ -288,6 +294,20 @@ def test_hand_back():
                                           for r in fake.reservations)
     assert all(not S.in_band(j.priority) for j in fake.jobs.values() if j.pending)
     assert all(not j.required_nodes for j in fake.jobs.values() if j.pending)
+
+
+def test_hand_back_names_no_job_left_to_slurm():
+    fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1), pending("3", "carol", 1, t=2)])
+    apply(fake, cycle(fake, settings=ATTACH)[2])
+    assert fake.jobs["1"].reservation == "attentived-1"
+    snap = fake.snapshot()
+    own = {r.name: r for r in snap.reservations if r.name in BOOKS["book"].owned(snap)}
+    actions, reset = hand_back_actions(snap, ATTACH, ["main"], PINS["pins"], own, left_to_slurm={"1", "3"})
+    assert not [a for a in actions if a.job_id in ("1", "3")] and "1" not in reset and "3" not in reset
+    assert ("reservation_end", "attentived-1") in [(a.kind, a.reservation) for a in actions]
+    assert "2" in reset  # the others are handed back as before
+    everything, _ = hand_back_actions(snap, ATTACH, ["main"], PINS["pins"], own)
+    assert ("detach", "1") in [(a.kind, a.job_id) for a in everything]
 
 
 def test_partial_node_hold_is_a_pin_not_a_reservation():

@@ -11,7 +11,10 @@ never answered, and slurmctld holds each update of it for 5 s before refusing it
   it again;
 - a slurmctld SIGKILLed while the request was out (the state it restarts from marks the
   job "being set" for good): the daemon converges around the job (an ``ok`` cycle, then one
-  with nothing to send) instead of failing every cycle.
+  with nothing to send) instead of failing every cycle;
+- a job left to Slurm while it waits in a hold reservation of the daemon's (attached in
+  the seconds before its index was requested): the reservation is ended, not left to hold
+  its nodes until the lease runs out, and Slurm unlinks the job when it ends.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.unregistered import probe_update
 from attentived.topology import hostlist
 
-from .test_daemon_slurm import busy_cluster, config_for, jobs_now, wait_until
+from .test_daemon_slurm import busy_cluster, config_for, jobs_now, ours, wait_until
 from .test_faults_slurm import _restart_slurmctld, _slurmctld_pid, nodes_responding
 
 pytestmark = [pytest.mark.slurm, pytest.mark.faults]
@@ -111,6 +114,30 @@ def test_probe_changes_nothing(clean_lab, tmp_path):
 
     assert [seen(after[j]) for j in (plain, excluding)] == [seen(before[j]) for j in (plain, excluding)]
     assert seen(after[excluding])[0] == ("node3", "node4")
+    eng.journal.close()
+
+
+def test_reservation_a_job_left_to_slurm_waits_in_is_ended_and_slurm_unlinks_the_job(clean_lab, tmp_path):
+    lab = clean_lab
+    busy_cluster(lab)
+    a = str(lab.submit("alice", 8, script="sleep 600", name="A", extra_args=["--time", "30"]))  # whole node: reservable
+    b = str(lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"]))
+    eng = CycleRunner(config_for(lab, tmp_path, hold_mode="attach", command_timeout=15, backoff_max=600))
+    assert eng.run_cycle().ok
+    resv = f"attentived-{a}"
+    assert jobs_now(lab)[a].get("Reservation") == resv and resv in ours(lab)
+    # Slurm refuses the job's updates from now on (the refusal itself: the tests above);
+    # no probe asks again within the test (backoff_max)
+    eng.unregistered.note([a], time.time())
+    res = eng.run_cycle()
+    print("cycle:", [(o.action.kind, o.action.job_id, o.action.reservation, o.ok, o.error) for o in res.outcomes])
+    assert res.ok and not _sent_for(res, a)
+    assert [(o.action.kind, o.ok) for o in res.outcomes if o.action.reservation == resv] == [("reservation_end", True)]
+    unlinked = wait_until(lambda: (d := jobs_now(lab)[a]).get("Reservation") in (None, "", "(null)") and d,
+                          timeout=60, poll=1, what="Slurm unlinking the job from its ended reservation")
+    assert unlinked["JobState"] == "PENDING" and resv not in ours(lab)
+    # the next job's hold, on the nodes the ended reservation covered, is made once it is gone
+    assert all(eng.run_cycle().ok for _ in range(2)) and list(ours(lab)) == [f"attentived-{b}"]
     eng.journal.close()
 
 
