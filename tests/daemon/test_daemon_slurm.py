@@ -326,6 +326,34 @@ def test_a_hold_reservation_that_expires_leaves_its_job_pending_not_held(clean_l
     assert int(job["Priority"]) > 0 and "ResvDeleted" not in job.get("Reason", "")
 
 
+def test_a_hold_reservation_lease_is_renewed_with_its_job_inside(clean_lab, tmp_path):
+    # the shortest lease (60 s): with less than half of it left, a cycle extends it by a
+    # Duration update, and the job stays attached
+    from datetime import datetime
+    lab = clean_lab
+    busy_cluster(lab)
+    a = str(lab.submit("alice", 8, script="sleep 600", name="A", extra_args=["--time", "30"]))  # whole node: reservable
+    lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"])
+    eng = runner_for(lab, tmp_path, hold_mode="attach", reservation_ttl=60)
+    assert eng.run_cycle().ok
+    resv = f"attentived-{a}"
+
+    def end() -> float:
+        return datetime.fromisoformat(ours(lab)[resv]["EndTime"]).timestamp()
+
+    first_end = end()
+    assert first_end - time.time() <= 61
+    time.sleep(max(0.0, first_end - 29 - time.time()))  # under half of the lease left
+    res = eng.run_cycle()
+    renewals = [o for o in res.outcomes if o.action.kind == "reservation_update" and o.action.reservation == resv]
+    print([(o.argv, o.ok, o.error) for o in renewals])
+    assert res.ok and len(renewals) == 1 and renewals[0].ok
+    assert end() - time.time() >= 55 and end() > first_end
+    assert jobs_now(lab)[a].get("Reservation") == resv
+    assert "NO_HOLD_JOBS_AFTER" in ours(lab)[resv]["Flags"]
+    eng.journal.close()
+
+
 def test_hostile_job_names_and_comments(clean_lab, tmp_path):
     lab = clean_lab
     name = "q\"uo'te; $(touch /tmp/pwned) `id` ünï名"
