@@ -12,6 +12,12 @@ be measured on held-out days with ``bench/fairness_knob.py --policy
 attentive:model=RUN/validated/update-NNNN.pt``.
 
     .venv/bin/python bench/validation_rescore.py runs/s2 runs/s3 ... [--powers 2,8] [--out FILE]
+    .venv/bin/python bench/validation_rescore.py runs/s2 ... --episodes 12 --every 4 --out FILE
+
+``--episodes N`` replays N validation windows instead of the run's own (its first windows are
+the run's, the rest more windows of the same days), to see whether a larger validation picks
+better checkpoints; ``--every K`` scores only every K-th kept model and the last, to bound
+the cost (about 2 s per replay on one core).
 
 ``--out`` (default bench/results/validation_rescore.json) is also read back first: a
 checkpoint already scored there at every power, and not written again since, is not
@@ -64,11 +70,12 @@ def run_config(run: Path) -> PPOConfig:
     return replace(base, **settings)
 
 
-def checkpoints(run: Path) -> list[Path]:
+def checkpoints(run: Path, every: int = 1) -> list[Path]:
+    """The run's kept models, every ``every``-th of them and always the last."""
     kept = sorted((run / "validated").glob("update-*.pt"))
     if not kept:
         raise ValueError(f"{run}: no validated/update-*.pt (train with keep_validated = true)")
-    return kept
+    return kept[::every] + ([kept[-1]] if (len(kept) - 1) % every else [])
 
 
 def rescore(model_path: Path, cfg: PPOConfig, groups: list[list[Episode]], powers: list[float]) -> dict[str, float]:
@@ -99,8 +106,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="output folders of `attentived train` runs with keep_validated")
     ap.add_argument("--powers", default="2,8", help="fairness_power values to score at, comma-separated (default 2,8)")
+    ap.add_argument("--episodes", type=int, default=None,
+                    help="validation windows to replay (default: the run's own val_episodes)")
+    ap.add_argument("--every", type=int, default=1, help="score every K-th kept model and the last (default 1: all)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.episodes is not None and args.episodes < 1 or args.every < 1:
+        ap.error("--episodes and --every take a positive whole number")
     try:
         powers = [float(x) for x in args.powers.split(",")]
     except ValueError:
@@ -109,11 +121,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for p in powers:
             RewardWeights(fairness_power=p)  # refuses a power outside [1, 16]
         configs = {run: run_config(run) for run in args.runs}
-        models = {run: checkpoints(run) for run in args.runs}
+        if args.episodes is not None:
+            configs = {run: replace(cfg, val_episodes=args.episodes) for run, cfg in configs.items()}
+        models = {run: checkpoints(run, args.every) for run in args.runs}
     except ValueError as e:
         ap.error(str(e))
     doc: dict[str, Any] = (json.loads(args.out.read_text()) if args.out.is_file()
-                           else {"benchmark": "validation_rescore", "scores": {}})
+                           else {"benchmark": "validation_rescore", "episodes": args.episodes, "scores": {}})
+    if doc.get("episodes") != args.episodes:  # scores of another validation set are not comparable
+        ap.error(f"{args.out} holds scores over --episodes {doc.get('episodes')}; name another --out for {args.episodes}")
     scores: dict[str, dict[str, Any]] = doc["scores"]
     for run in args.runs:
         groups: list[list[Episode]] | None = None  # built once per run, when a model needs them

@@ -32,8 +32,8 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
     """Undo the daemon's pins, reservations and priorities seen in ``snap``; every outcome.
     ``pins_only``: only the pins (``clear_pins_on_exit``: reservations expire by themselves,
     priorities stay for the next start). ``left_to_slurm``: the jobs Slurm refuses updates
-    of now (daemon/unregistered.py), named in no job action; whatever of the daemon's they
-    carry stays, and the log says so."""
+    of now (daemon/unregistered.py), named in no job action: a pin or exclusion of the
+    daemon's on one stays (a reservation one waits in is ended), and the log names them."""
     owned = journal.pins()
     own = own_reservations(snap, ReservationBook(journal).owned(snap))
     actions, reset = hand_back_actions(snap, settings, partitions, owned, own, priorities=not pins_only,
