@@ -88,6 +88,20 @@ def test_a_second_call_replays_only_models_written_since_and_picks_among_those_k
     assert again["picks"][str(run)] == {"2.0": str(loser), "8.0": str(loser)}  # not the removed one
 
 
+def test_more_windows_and_every_kth_model(bench, tmp_path):
+    run = _run(tmp_path, seeds=(1, 2, 3, 4))
+    own = bench.main([str(run), "--powers", "2", "--out", str(tmp_path / "own.json")])["scores"]
+    more = bench.main([str(run), "--powers", "2", "--episodes", "2", "--every", "2", "--out", str(tmp_path / "more.json")])
+    kept = sorted((run / "validated").glob("*.pt"))
+    assert sorted(more["scores"]) == sorted(str(m) for m in (kept[0], kept[2], kept[3]))  # every 2nd and the last
+    assert more["episodes"] == 2
+    for m in more["scores"]:  # a second window: other scores from the same models
+        assert more["scores"][m]["2.0"] != own[m]["2.0"]
+    with pytest.raises(SystemExit) as e:  # scores over another validation are not mixed in one file
+        bench.main([str(run), "--powers", "2", "--episodes", "3", "--out", str(tmp_path / "more.json")])
+    assert e.value.code == 2
+
+
 def _broken_model(tmp_path):
     run = _run(tmp_path, seeds=(1,))
     (run / "validated" / "update-0015.pt").write_bytes(b"not a model")
@@ -98,6 +112,7 @@ def _broken_model(tmp_path):
     (lambda p: p, ["--powers", "2"], "no summary.json"),
     (lambda p: _run(p), ["--powers", "0.5"], "fairness_power must be in [1, 16]"),
     (lambda p: _run(p), ["--powers", "2,x"], "--powers takes numbers separated by commas"),
+    (lambda p: _run(p), ["--every", "0"], "positive whole number"),
     (_broken_model, [], "update-0015.pt: "),
 ])
 def test_bad_input_exits_2_with_the_reason(bench, tmp_path, capsys, make, argv, says):
