@@ -40,6 +40,7 @@ from .records import (
     job_states,
     node_list,
     queue_key,
+    reservation_flags,
 )
 
 _ERROR_JOB = re.compile(r"(?:for job|JobId=|job_id=|job)\s*([0-9]+)", re.IGNORECASE)
@@ -291,7 +292,7 @@ class CliBackend(BackendMixin):
         argv = ["scontrol", "create", "reservation", f"ReservationName={check_name(name, 'reservation')}",
                 f"Nodes={node_list(nodes)}", f"Users={','.join(check_name(u, 'user') for u in users)}",
                 "StartTime=now", f"Duration={max(1, int(minutes))}",
-                "Flags=" + ",".join(("IGNORE_JOBS",) * ignore_jobs + (NO_HOLD_AFTER_END,))]
+                "Flags=" + ",".join(reservation_flags(ignore_jobs))]
         return self._result(argv)
 
     def update_reservation(self, name: str, **fields: str) -> CommandResult:

@@ -38,8 +38,9 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
     own = own_reservations(snap, ReservationBook(journal).owned(snap))
     actions, reset = hand_back_actions(snap, settings, partitions, owned, own, priorities=not pins_only,
                                        owned_exclusions=journal.exclusions(), left_to_slurm=left_to_slurm)
-    if left_to_slurm:
-        log.warning("handback.left_to_slurm", jobs=sorted(left_to_slurm, key=job_number))
+    left = sorted((j for j in left_to_slurm if j in snap.jobs_by_id), key=job_number)  # not those gone since
+    if left:
+        log.warning("handback.left_to_slurm", jobs=left)
     if pins_only:
         actions = [a for a in actions if a.kind in ("unpin", "unexclude")]
     outcomes = execute(actions, backend)

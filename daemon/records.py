@@ -366,6 +366,12 @@ DB_INDEX_REFUSAL = "the DB index is being set"
 NO_HOLD_AFTER_END = "NO_HOLD_JOBS_AFTER"
 
 
+def reservation_flags(ignore_jobs: bool) -> tuple[str, ...]:
+    """The flags of a reservation the daemon creates: `NO_HOLD_AFTER_END` always, and
+    ``IGNORE_JOBS`` when a job still runs on its nodes."""
+    return ("IGNORE_JOBS", NO_HOLD_AFTER_END) if ignore_jobs else (NO_HOLD_AFTER_END,)
+
+
 def controller_gone(error: str) -> bool:
     """Whether a command's error says slurmctld is not answering (not a refused action)."""
     return any(g in error for g in _GONE)

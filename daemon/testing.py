@@ -22,6 +22,7 @@ from .records import (
     SlurmReservation,
     SlurmVersion,
     Snapshot,
+    reservation_flags,
 )
 
 
@@ -130,7 +131,7 @@ class FakeBackend(BackendMixin):
 
     def create_reservation(self, name: str, nodes: Sequence[str], users: Sequence[str], minutes: int,
                            ignore_jobs: bool) -> CommandResult:
-        flags = ("IGNORE_JOBS",) * ignore_jobs + (NO_HOLD_AFTER_END,)
+        flags = reservation_flags(ignore_jobs)
         argv = ("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
                 f"Users={','.join(users)}", f"Duration={minutes}", "Flags=" + ",".join(flags))
         self.calls.append(argv)

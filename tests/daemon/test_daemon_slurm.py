@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -306,18 +307,26 @@ def test_attach_mode_reservation_never_outlives_its_job(clean_lab, tmp_path):
     assert jobs_now(lab)[b]["JobState"] == "PENDING"
 
 
+def held_in_reservation(lab, tmp_path, **config) -> tuple[CycleRunner, str, str]:
+    """Attach mode on a busy lab after one cycle: job A (alice, a whole node, so reservable)
+    waits in its hold reservation ``attentived-A``, job B (bob, the same size) behind it.
+    The runner (``config`` added to the lab's), A and B."""
+    busy_cluster(lab)
+    a = str(lab.submit("alice", 8, script="sleep 600", name="A", extra_args=["--time", "30"]))
+    b = str(lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"]))
+    eng = runner_for(lab, tmp_path, hold_mode="attach", **config)
+    assert eng.run_cycle().ok
+    assert jobs_now(lab)[a].get("Reservation") == f"attentived-{a}" and f"attentived-{a}" in ours(lab)
+    return eng, a, b
+
+
 def test_a_hold_reservation_that_expires_leaves_its_job_pending_not_held(clean_lab, tmp_path):
     # the daemon is gone and its reservation's lease runs out (brought forward here): Slurm
     # holds a job still waiting in an ending reservation unless the reservation says not to
     lab = clean_lab
-    busy_cluster(lab)
-    a = str(lab.submit("alice", 8, script="sleep 600", name="A", extra_args=["--time", "30"]))  # whole node: reservable
-    lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"])
-    eng = runner_for(lab, tmp_path, hold_mode="attach")
-    assert eng.run_cycle().ok
+    eng, a, _b = held_in_reservation(lab, tmp_path)
     eng.journal.close()
     resv = f"attentived-{a}"
-    assert jobs_now(lab)[a].get("Reservation") == resv
     assert "NO_HOLD_JOBS_AFTER" in ours(lab)[resv]["Flags"]
     lab.run(["scontrol", "update", f"ReservationName={resv}", "EndTime=now+2"])
     job = wait_until(lambda: resv not in ours(lab) and jobs_now(lab)[a], timeout=60, poll=1, what="the reservation gone")
@@ -329,13 +338,8 @@ def test_a_hold_reservation_that_expires_leaves_its_job_pending_not_held(clean_l
 def test_a_hold_reservation_lease_is_renewed_with_its_job_inside(clean_lab, tmp_path):
     # the shortest lease (60 s): with less than half of it left, a cycle extends it by a
     # Duration update, and the job stays attached
-    from datetime import datetime
     lab = clean_lab
-    busy_cluster(lab)
-    a = str(lab.submit("alice", 8, script="sleep 600", name="A", extra_args=["--time", "30"]))  # whole node: reservable
-    lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"])
-    eng = runner_for(lab, tmp_path, hold_mode="attach", reservation_ttl=60)
-    assert eng.run_cycle().ok
+    eng, a, _b = held_in_reservation(lab, tmp_path, reservation_ttl=60)
     resv = f"attentived-{a}"
 
     def end() -> float:

@@ -31,7 +31,7 @@ from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.unregistered import probe_update
 from attentived.topology import hostlist
 
-from .test_daemon_slurm import busy_cluster, config_for, jobs_now, ours, wait_until
+from .test_daemon_slurm import busy_cluster, config_for, held_in_reservation, jobs_now, ours, wait_until
 from .test_faults_slurm import _restart_slurmctld, _slurmctld_pid, nodes_responding
 
 pytestmark = [pytest.mark.slurm, pytest.mark.faults]
@@ -119,13 +119,8 @@ def test_probe_changes_nothing(clean_lab, tmp_path):
 
 def test_reservation_a_job_left_to_slurm_waits_in_is_ended_and_slurm_unlinks_the_job(clean_lab, tmp_path):
     lab = clean_lab
-    busy_cluster(lab)
-    a = str(lab.submit("alice", 8, script="sleep 600", name="A", extra_args=["--time", "30"]))  # whole node: reservable
-    b = str(lab.submit("bob", 8, script="sleep 600", name="B", extra_args=["--time", "30"]))
-    eng = CycleRunner(config_for(lab, tmp_path, hold_mode="attach", command_timeout=15, backoff_max=600))
-    assert eng.run_cycle().ok
+    eng, a, b = held_in_reservation(lab, tmp_path, command_timeout=15, backoff_max=600)
     resv = f"attentived-{a}"
-    assert jobs_now(lab)[a].get("Reservation") == resv and resv in ours(lab)
     # Slurm refuses the job's updates from now on (the refusal itself: the tests above);
     # no probe asks again within the test (backoff_max)
     eng.unregistered.note([a], time.time())
