@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from .annealing import Annealing
 from .genetic import Genetic
-from .metaheuristic import Portfolio
+from .metaheuristic import DEFAULT_MAX_EVALUATIONS, Portfolio, scaled_budget
 from .order import (
     FairShare,
     Fifo,
@@ -26,16 +26,18 @@ from .policy import JobChooser, Placer
 from .slurm_select import SlurmSelectPlacer
 
 SEARCH_ORDERS: dict[str, tuple[Callable[..., JobChooser], str]] = {
-    "genetic": (lambda seed, **params: Genetic(seed=seed, **params),
+    "genetic": (lambda seed, evaluations=DEFAULT_MAX_EVALUATIONS, **params:
+                Genetic(seed=seed, **scaled_budget(evaluations), **params),
                 "genetic algorithm over job order and packing (look-ahead model), consolidated placement"),
-    "annealing": (lambda seed, **params: Annealing(seed=seed, **params),
+    "annealing": (lambda seed, evaluations=DEFAULT_MAX_EVALUATIONS, **params:
+                  Annealing(seed=seed, **scaled_budget(evaluations), **params),
                   "simulated annealing over job order and packing (look-ahead model), consolidated placement"),
     "portfolio": (lambda seed, **params: Portfolio(seed=seed, **params),
                   "best heuristic order by the look-ahead cost, no search; consolidated placement"),
 }
 """The look-ahead job orders, with their one-line summaries (benchmarks that compare with
 the plain heuristics leave them out). Their factories take the policy's parameters
-(``fairness``, see `registry.parameters`) as keywords."""
+(``fairness``; the searches also ``evaluations``, see `registry.parameters`) as keywords."""
 
 ORDERS: dict[str, Callable[..., JobChooser]] = {
     "fifo": lambda seed: Fifo(),

@@ -39,7 +39,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 import numpy as np
 
@@ -59,6 +59,28 @@ from .state import ClusterState
 DEFAULT_WINDOW = 32
 DEFAULT_BUDGET_MS = 50.0
 DEFAULT_MAX_EVALUATIONS = 100
+DEFAULT_PATIENCE = 60
+
+
+class SearchBudget(TypedDict):
+    """A `SearchChooser`'s budget keywords."""
+
+    max_evaluations: int
+    budget_ms: float
+    patience: int
+
+
+def scaled_budget(evaluations: int) -> SearchBudget:
+    """The search budget of ``evaluations`` cost evaluations per decision, as keywords of a
+    `SearchChooser`: the CPU-time cap and the patience grow in proportion (100 gives exactly
+    the defaults), so the evaluation count, not the clock, still ends a search and a replay
+    stays a pure function of its seed. More than the default suits replays and training
+    labels, not a live scheduler's 50 ms."""
+    if evaluations < 1:
+        raise ValueError(f"evaluations must be at least 1, got {evaluations}")
+    scale = evaluations / DEFAULT_MAX_EVALUATIONS
+    return SearchBudget(max_evaluations=evaluations, budget_ms=DEFAULT_BUDGET_MS * scale,
+                        patience=max(1, round(DEFAULT_PATIENCE * scale)))
 
 
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
@@ -111,7 +133,7 @@ class SearchChooser:
     window: int = DEFAULT_WINDOW
     budget_ms: float | None = DEFAULT_BUDGET_MS
     max_evaluations: int = DEFAULT_MAX_EVALUATIONS
-    patience: int = 60
+    patience: int = DEFAULT_PATIENCE
     weights: Weights = field(default_factory=Weights)
     fairness: float = DEFAULT_FAIRNESS  # W in [0, 1]: 0 = completion time only, 1 = protect the worst-off users most
     protect: float = PROTECT_OFF  # a job slowed down this much by its wait goes first, with a reservation (0: off)

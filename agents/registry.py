@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
+from .metaheuristic import DEFAULT_BUDGET_MS, DEFAULT_MAX_EVALUATIONS
 from .objective import DEFAULT_FAIRNESS, check_fairness, check_protect
 from .policy import Policy, Scheduler
 from .slurm_backfill import SlurmBackfill
@@ -106,6 +107,12 @@ def _flag(text: str) -> bool:
     return text == "1"
 
 
+EVALUATIONS = Parameter(
+    "evaluations", f"cost evaluations of the search per decision; its CPU-time cap ({DEFAULT_BUDGET_MS:g} ms per "
+    f"{DEFAULT_MAX_EVALUATIONS}) and patience scale with it. More suits replays, not a live scheduler's budget",
+    "a whole number >= 1", _count, f"{DEFAULT_MAX_EVALUATIONS}")
+
+
 #: The Slurm emulation's site settings (slurm.conf's names in the summaries).
 SLURM_PARAMETERS: dict[str, Parameter] = {
     "calc_period": Parameter("calc_period", "seconds between slurmctld's fair-share usage sums (PriorityCalcPeriod)",
@@ -168,7 +175,9 @@ def parameters(name: str) -> Mapping[str, Parameter] | None:
         return None
     if parts[0] == "slurm-multifactor":
         return {**SLURM_PARAMETERS, **BACKFILL_PARAMETERS} if parts[2] else SLURM_PARAMETERS
-    return {"fairness": FAIRNESS, "protect": PROTECT} if parts[0] in SEARCH_ORDERS else {}
+    if parts[0] == "portfolio":  # no search: nothing to budget
+        return {"fairness": FAIRNESS, "protect": PROTECT}
+    return {"fairness": FAIRNESS, "protect": PROTECT, "evaluations": EVALUATIONS} if parts[0] in SEARCH_ORDERS else {}
 
 
 def parse_name(text: str) -> PolicySpec:

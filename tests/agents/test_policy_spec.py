@@ -20,8 +20,9 @@ def test_canonical_names_sort_keys_and_write_numbers_plainly(tmp_path):
 
 
 def test_which_policies_take_which_parameters():
-    assert set(parameters("portfolio")) == {"fairness", "protect"}
-    assert set(parameters("genetic+first-fit+backfill")) == {"fairness", "protect"}  # the order's parameters
+    assert set(parameters("portfolio")) == {"fairness", "protect"}  # no search, so no evaluations
+    assert set(parameters("annealing")) == {"fairness", "protect", "evaluations"}
+    assert set(parameters("genetic+first-fit+backfill")) == {"fairness", "protect", "evaluations"}  # the order's
     assert set(parameters("attentive")) == {"fairness", "protect", "model"}
     assert set(parameters("deeprm")) == {"protect", "model"}
     assert parameters("sjf+consolidate") == {} and parameters("nope") is None
@@ -35,6 +36,9 @@ def test_which_policies_take_which_parameters():
     ("portfolio:speed=3", "policy 'portfolio' has no parameter 'speed'; it takes fairness (a number from 0 to 1), protect"),
     ("tiresias:fairness=0.5", "policy 'tiresias' takes no parameters"),
     ("deeprm:fairness=0.5", "policy 'deeprm' has no parameter 'fairness'; it takes protect"),
+    ("annealing:evaluations=0", "policy 'annealing': evaluations='0': must be a whole number >= 1"),
+    ("genetic:evaluations=2.5", "must be a whole number >= 1"),
+    ("portfolio:evaluations=500", "policy 'portfolio' has no parameter 'evaluations'"),
 ])
 def test_bad_parameters_say_what_is_accepted(text, message):
     with pytest.raises(BadPolicyName) as e:
@@ -58,3 +62,11 @@ def test_a_policy_named_twice_is_an_error_and_all_brings_each_once():
 def test_built_policies_carry_the_canonical_name():
     assert make_policy("portfolio:fairness=0.50").name == "portfolio:fairness=0.5"
     assert make_policy("sjf+consolidate+backfill").name == "sjf+consolidate+backfill"
+
+
+def test_a_search_budget_scales_its_clock_and_patience_and_the_default_is_unchanged():
+    default, named = make_policy("annealing").chooser, make_policy("annealing:evaluations=100").chooser
+    assert (named.max_evaluations, named.budget_ms, named.patience) == (100, 50.0, 60)
+    assert (default.max_evaluations, default.budget_ms, default.patience) == (100, 50.0, 60)
+    big = make_policy("genetic:evaluations=1000,fairness=1").chooser
+    assert (big.max_evaluations, big.budget_ms, big.patience, big.fairness) == (1000, 500.0, 600, 1.0)
