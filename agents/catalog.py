@@ -25,12 +25,17 @@ from .placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from .policy import JobChooser, Placer
 from .slurm_select import SlurmSelectPlacer
 
+
+def _search(cls: type[Genetic] | type[Annealing]) -> Callable[..., JobChooser]:
+    """The factory of a search: its ``evaluations`` parameter becomes `scaled_budget`'s keywords."""
+    return lambda seed, evaluations=DEFAULT_MAX_EVALUATIONS, **params: cls(seed=seed, **scaled_budget(evaluations),
+                                                                           **params)
+
+
 SEARCH_ORDERS: dict[str, tuple[Callable[..., JobChooser], str]] = {
-    "genetic": (lambda seed, evaluations=DEFAULT_MAX_EVALUATIONS, **params:
-                Genetic(seed=seed, **scaled_budget(evaluations), **params),
+    "genetic": (_search(Genetic),
                 "genetic algorithm over job order and packing (look-ahead model), consolidated placement"),
-    "annealing": (lambda seed, evaluations=DEFAULT_MAX_EVALUATIONS, **params:
-                  Annealing(seed=seed, **scaled_budget(evaluations), **params),
+    "annealing": (_search(Annealing),
                   "simulated annealing over job order and packing (look-ahead model), consolidated placement"),
     "portfolio": (lambda seed, **params: Portfolio(seed=seed, **params),
                   "best heuristic order by the look-ahead cost, no search; consolidated placement"),

@@ -175,9 +175,10 @@ def parameters(name: str) -> Mapping[str, Parameter] | None:
         return None
     if parts[0] == "slurm-multifactor":
         return {**SLURM_PARAMETERS, **BACKFILL_PARAMETERS} if parts[2] else SLURM_PARAMETERS
-    if parts[0] == "portfolio":  # no search: nothing to budget
-        return {"fairness": FAIRNESS, "protect": PROTECT}
-    return {"fairness": FAIRNESS, "protect": PROTECT, "evaluations": EVALUATIONS} if parts[0] in SEARCH_ORDERS else {}
+    if parts[0] not in SEARCH_ORDERS:
+        return {}
+    look_ahead = {"fairness": FAIRNESS, "protect": PROTECT}
+    return look_ahead if parts[0] == "portfolio" else {**look_ahead, "evaluations": EVALUATIONS}  # portfolio: no search
 
 
 def parse_name(text: str) -> PolicySpec:

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--every", type=int, default=1, help="score every K-th kept model and the last (default 1: all)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    if args.episodes is not None and args.episodes < 1 or args.every < 1:
+    if (args.episodes is not None and args.episodes < 1) or args.every < 1:
         ap.error("--episodes and --every take a positive whole number")
     try:
         powers = [float(x) for x in args.powers.split(",")]
