@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .features import Candidate, Context, GpuView, JobView
+from .guided import look_ahead_teacher
 from .networks import AttentiveNet, JobEncoding, masked
 from .objective import DEFAULT_FAIRNESS, check_fairness
 from .order import estimated_runtime
@@ -105,6 +106,8 @@ class AttentivePolicy(TwoPhasePolicy):
         else:
             w = check_fairness(DEFAULT_FAIRNESS if fairness is None else fairness)
             self._fairness = torch.tensor([[w]], dtype=torch.float32)
+            if net.cfg.plan_input:
+                self.encoder.planner = look_ahead_teacher(w).decide
 
     @property
     def fairness(self) -> float | None:
@@ -161,6 +164,7 @@ class AttentivePolicy(TwoPhasePolicy):
             fairness=self._fairness,
             urgency=torch.from_numpy(view.urgency)[None] if self.net.cfg.urgency_input else None,
             feasible=torch.from_numpy(view.feasible)[None],
+            plan=torch.from_numpy(view.plan)[None] if self.net.cfg.plan_input else None,
         )
 
     def _place(self, ctx: Context, enc: JobEncoding, slot: int, job: PendingJob) -> tuple[int, ...]:

@@ -48,6 +48,7 @@ from .fit import Fit, request
 from .objective import fairness_weights
 from .order import estimated_runtime, estimated_runtimes
 from .placement import Consolidate, FirstFit, LoadBalance
+from .plan import Plan
 from .state import DOWN_SECONDS, ClusterState, PendingJob, free_counts
 
 JOB_FEATURES = 20
@@ -158,6 +159,30 @@ def job_urgency(ctx: Context, slowdown: bool = True) -> np.ndarray:
     return np.clip(np.log(np.maximum(weight, 1e-12)) / 4.0, -3.0, 3.0).astype(np.float32)
 
 
+PLAN_FIRST, PLAN_LATER = 1.0, 0.5
+"""`plan_marks`: the mark of the job a plan starts first, and of the others it starts now."""
+
+
+def plan_marks(plan: Plan, state: ClusterState, idx: np.ndarray) -> np.ndarray:
+    """What a plan for ``state`` (the look-ahead's, at the model's W) says of the queue
+    indices ``idx`` and of WAIT, [len(idx) + 1] float32: `PLAN_FIRST` for the job it
+    starts first, `PLAN_LATER` for the other jobs it starts now, 0 for the rest; WAIT's
+    is `PLAN_FIRST` when the plan starts nothing (it holds GPUs or has nothing that fits).
+
+    Why: the look-ahead's teacher labels are its first start, computed from a simulation
+    of the queue's future that one encoding of the queue does not see. Given the plan as
+    an input, a network begins where its teacher is and learns where to depart from it."""
+    marks = np.zeros(len(idx) + 1, np.float32)
+    if not plan.starts:
+        marks[-1] = PLAN_FIRST
+        return marks
+    rank = {s.job_id: PLAN_FIRST if k == 0 else PLAN_LATER for k, s in enumerate(plan.starts)}
+    pending = state.pending
+    for slot, i in enumerate(idx):
+        marks[slot] = rank.get(pending[int(i)].job_id, 0.0)
+    return marks
+
+
 def fits(job: PendingJob, num_free: int, node_free: np.ndarray) -> bool:
     """Whether some placement of ``job`` exists on the free GPUs (every placer finds one then)."""
     if job.num_gpus > num_free:
@@ -181,6 +206,7 @@ class JobView:
     index: np.ndarray  # [W] int64
     wait_allowed: bool
     urgency: np.ndarray  # [W] float32: `job_urgency` of each slot's job (0 pads; all 0 unless asked for)
+    plan: np.ndarray  # [W + 1] float32: `plan_marks` of the slots, then WAIT (all 0 unless a planner is set)
 
     @property
     def action_mask(self) -> np.ndarray:
@@ -229,7 +255,20 @@ class FeatureEncoder:
         self.max_candidates = max_candidates
         self.urgency = urgency
         self.slowdown_urgency = True  # `job_urgency`'s ``slowdown``: a loaded model sets what it was trained on
+        #: The look-ahead whose plan fills `JobView.plan` (`plan_marks`), for models that
+        #: read it (`NetConfig.plan_input`); ``None``: zeros.
+        self.planner: Callable[[ClusterState], Plan] | None = None
+        self._planned: tuple[ClusterState, Plan] | None = None
         self._speed: dict[int, tuple[SpeedModel, str]] = {}
+
+    def plan_of(self, state: ClusterState) -> Plan:
+        """`planner`'s plan for ``state``, computed once per snapshot: the GPU phase and
+        the training's teacher read the plan of the job view just built."""
+        if self.planner is None:
+            raise ValueError("this encoder has no planner")
+        if self._planned is None or self._planned[0] is not state:
+            self._planned = (state, self.planner(state))
+        return self._planned[1]
 
     def speed(self, topo: Topology) -> SpeedModel:
         return self._speed_and_default(topo)[0]
@@ -270,11 +309,15 @@ class FeatureEncoder:
         index[:k] = idx
         feasible[:k] = ctx.feasible[idx]
         urgency = np.zeros(W, np.float32)
+        plan = np.zeros(W + 1, np.float32)
         if k:
             jobs[:k] = self._job_rows(ctx, idx)
             if self.urgency:
                 urgency[:k] = job_urgency(ctx, self.slowdown_urgency)[idx]
-        return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx), urgency)
+        if self.planner is not None:
+            marks = plan_marks(self.plan_of(ctx.state), ctx.state, idx)
+            plan[:k], plan[W] = marks[:k], marks[k]
+        return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx), urgency, plan)
 
     def _job_rows(self, ctx: Context, idx: np.ndarray) -> np.ndarray:
         """Feature rows of the pending jobs ``idx`` (queue indices), in that order."""

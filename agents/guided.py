@@ -24,8 +24,17 @@ import numpy as np
 
 from .metaheuristic import Portfolio
 from .objective import LookAhead
+from .placement import Consolidate
+from .policy import Scheduler
 from .state import ClusterState
 from .two_phase import TwoPhasePolicy
+
+
+def look_ahead_teacher(fairness: float) -> Scheduler:
+    """The `Portfolio` look-ahead at setting W with consolidated placement and no
+    backfill: the attentive agent's teacher in training (`attentived.training.teacher`)
+    and the plan a model with `NetConfig.plan_input` reads, in training and live alike."""
+    return Scheduler(Portfolio(seed=0, fairness=fairness), Consolidate(), backfill=False, name="look-ahead-teacher")
 
 
 @dataclass

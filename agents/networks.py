@@ -62,10 +62,17 @@ class NetConfig:
     #: than by their wait ratio alone (model files without the key, the model shipped
     #: that morning among them): a model reads the urgency it was trained on.
     slowdown_urgency: bool = False
+    #: Whether the job agent reads the look-ahead's plan at its W (`features.plan_marks`:
+    #: the job the plan starts first, the others it starts now, or WAIT), as a token input
+    #: and as a logit bias that starts at `PLAN_PRIOR`, so the network begins at its
+    #: teacher's choice. Needs ``fairness_input`` (the plan is the look-ahead's at W).
+    plan_input: bool = False
 
     def __post_init__(self) -> None:
         if self.urgency_input and not self.fairness_input:
             raise ValueError("urgency_input needs fairness_input (the urgency is read beside W)")
+        if self.plan_input and not self.fairness_input:
+            raise ValueError("plan_input needs fairness_input (the plan is the look-ahead's at W)")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +83,12 @@ URGENCY_PRIOR = 4.0
 fairness weight f over 4 (`features.job_urgency`), so the bias starts at ``W * log f``:
 at W = 1 exactly the log of the urgency the look-ahead weighs a job's completion time by
 (its Smith ratio orders by urgency / estimate), at W = 0 nothing."""
+
+
+PLAN_PRIOR = 4.0
+"""The initial weight of the plan's logit bias: a job marked first gains 4 nats over an
+unmarked one, so an untrained network picks its teacher's job most of the time and PPO
+starts from the teacher's schedule rather than reaching for it through the BC term."""
 
 
 def _mlp(inp: int, d: int, out: int | None = None) -> nn.Sequential:
@@ -126,6 +139,8 @@ class JobAgent(nn.Module):
         # still near 0 after the first 45 updates, and the knob had to come from the tokens.
         self.urgency_in = nn.Linear(2, d) if cfg.urgency_input else None
         self.urgency_bias = nn.Parameter(torch.tensor([0.0, URGENCY_PRIOR])) if cfg.urgency_input else None
+        self.plan_in = nn.Linear(1, d) if cfg.plan_input else None
+        self.plan_bias = nn.Parameter(torch.tensor(PLAN_PRIOR)) if cfg.plan_input else None
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(d)
         self.query = nn.Linear(d, d)
@@ -134,10 +149,11 @@ class JobAgent(nn.Module):
 
     def forward(self, jobs: Tensor, summary: Tensor, valid: Tensor, need_weights: bool = False,
                 fairness: Tensor | None = None, urgency: Tensor | None = None,
-                feasible: Tensor | None = None) -> JobEncoding:
-        """``fairness``: W per row, [B, 1]; ``urgency``: per job slot, [B, W]; each
-        required exactly when the network takes it. ``feasible`` ([B, W] bool, the jobs
-        that can start now) is required with ``urgency``: the bias reorders those."""
+                feasible: Tensor | None = None, plan: Tensor | None = None) -> JobEncoding:
+        """``fairness``: W per row, [B, 1]; ``urgency``: per job slot, [B, W]; ``plan``:
+        per job slot then WAIT, [B, W + 1]; each required exactly when the network takes
+        it. ``feasible`` ([B, W] bool, the jobs that can start now) is required with
+        ``urgency``: the bias reorders those."""
         B, W, _ = jobs.shape
         S = summary.shape[1]
         summaries = self.summary_in(summary) + self.summary_type
@@ -155,7 +171,14 @@ class JobAgent(nn.Module):
                 pair = torch.stack([u, w * u], dim=-1)  # [B, W, 2]
                 job_tokens = job_tokens + self.urgency_in(pair)
                 bias = pair @ self.urgency_bias  # [B, W]
-        tokens = torch.cat([summaries, self.wait_token.expand(B, 1, -1), job_tokens], dim=1)
+        wait_token = self.wait_token.expand(B, 1, -1)
+        if self.plan_in is not None:
+            if plan is None:
+                raise ValueError("this network takes the look-ahead's plan as an input")
+            plan = plan.to(summaries.dtype)
+            marked = self.plan_in(plan.unsqueeze(-1))  # [B, W + 1, d]
+            job_tokens, wait_token = job_tokens + marked[:, :W], wait_token + marked[:, W:]
+        tokens = torch.cat([summaries, wait_token, job_tokens], dim=1)
         pad = torch.cat([torch.zeros(B, S + 1, dtype=torch.bool, device=jobs.device), ~valid], dim=1)
         attention = None
         for i, layer in enumerate(self.layers):
@@ -169,6 +192,8 @@ class JobAgent(nn.Module):
             if feasible is None:
                 raise ValueError("the urgency bias needs the jobs that can start (feasible)")
             logits = torch.cat([_reorder(logits[:, :W], bias, feasible & valid), logits[:, W:]], dim=1)
+        if plan is not None and self.plan_bias is not None:
+            logits = logits + self.plan_bias * plan
         return JobEncoding(tokens[:, S + 1 :], context, logits, attention)
 
 
@@ -254,9 +279,10 @@ class AttentiveNet(nn.Module):
         slot = torch.where(job_phase, 0, obs["job"].long().view(B))  # the job phase has chosen no job yet
         fairness = obs.get("fairness") if self.cfg.fairness_input else None
         urgency = obs.get("urgency") if self.cfg.urgency_input else None
+        plan = obs.get("plan") if self.cfg.plan_input else None
         if queue_of is None:
             context, job_logits, job_token = self._encode_queues(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
-                                                                 slot, fairness, urgency, mask[:, :W])
+                                                                 slot, fairness, urgency, mask[:, :W], plan)
         else:
             own = torch.nonzero(queue_of == torch.arange(B, device=queue_of.device)).view(-1)
             position = torch.empty_like(queue_of)
@@ -267,7 +293,8 @@ class AttentiveNet(nn.Module):
             own_slot = torch.zeros_like(own).index_put((at,), slot, accumulate=True)
             context, job_logits, job_token = self._encode_queues(
                 obs["jobs"][own], obs["summary"][own], obs["job_valid"][own].bool(), own_slot,
-                None if fairness is None else fairness[own], None if urgency is None else urgency[own], mask[own, :W])
+                None if fairness is None else fairness[own], None if urgency is None else urgency[own], mask[own, :W],
+                None if plan is None else plan[own])
             context, job_logits, job_token = context[at], job_logits[at], job_token[at]
         logits = torch.full(mask.shape, _MASKED, dtype=job_logits.dtype, device=mask.device)
         logits[job_phase, : W + 1] = job_logits[job_phase]
@@ -288,7 +315,7 @@ class AttentiveNet(nn.Module):
 
     def _encode_queues(self, jobs: Tensor, summary: Tensor, valid: Tensor, slot: Tensor,
                        fairness: Tensor | None, urgency: Tensor | None,
-                       feasible: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                       feasible: Tensor, plan: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """The job agent over a batch of queues, cut to the slots in use: the pooled context
         [B, d], the logits [B, W + 1] (slots, then WAIT; slots cut off at ``-1e8``) and the
         job token at ``slot`` [B, d], rows in the input order. ``feasible`` is the job
@@ -309,7 +336,8 @@ class AttentiveNet(nn.Module):
             enc = self.job_agent(jobs[rows, :w], summary[rows], valid[rows, :w],
                                  fairness=None if fairness is None else fairness[rows],
                                  urgency=None if urgency is None else urgency[rows, :w],
-                                 feasible=feasible[rows, :w])
+                                 feasible=feasible[rows, :w],
+                                 plan=None if plan is None else torch.cat([plan[rows, :w], plan[rows, -1:]], dim=1))
             cut = enc.logits.new_full((len(rows), W - w), _MASKED)
             contexts.append(enc.context)
             logits.append(torch.cat([enc.logits[:, :w], cut, enc.logits[:, w:]], dim=1))

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .behind_wait import PLACER, fill_behind_wait, held
+from .behind_wait import PLACER, fill_behind_wait, held, wait_hold
 from .features import Context, FeatureEncoder, JobView, start_delays, wait_allowed
 from .fit import Fit
 from .networks import masked
@@ -216,9 +216,10 @@ class TwoPhasePolicy:
                 enc = self._encode(view)
         ranked = _rank(state, view, enc.logits[0, : self.encoder.window].numpy())
         blocked = [i for i in ranked if not ctx.feasible[i]]
-        hold = held(state, blocked[0]) if blocked else None
+        plan = self.encoder.plan_of(state) if self.encoder.planner is not None else None
+        hold = wait_hold(state, blocked, plan)
         if waited:
-            filled = fill_behind_wait(state, [state.pending[i] for i in ranked], hold)
+            filled = fill_behind_wait(state, [state.pending[i] for i in ranked], hold, plan)
             starts += filled
             gone = {s.job_id for s in filled}
             ranked = [i for i in ranked if state.pending[i].job_id not in gone]

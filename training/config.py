@@ -70,6 +70,9 @@ class PPOConfig:
     # for the attentive agent (`kinds`), whose knob barely moved the worst-off user
     # without it (docs/agents.md, "The fairness setting W on held-out days").
     urgency_input: bool = False
+    # The job agent also reads the look-ahead's plan at W (NetConfig.plan_input), the one
+    # its `look-ahead` teacher labels from (docs/agents.md, "The teacher's plan as an input").
+    plan_input: bool = False
     teacher: str = "smallest-gpu-time"  # one of TEACHER_NAMES (training.teacher.TEACHERS)
     # model
     net: NetConfig = field(default_factory=NetConfig)  # attentive
@@ -148,6 +151,8 @@ class PPOConfig:
             raise ValueError(f"val_large must be [nodes, jobs], both positive, or [0, 0] for none, got {list(self.val_large)}")
         if self.urgency_input and self.fairness_range is None:
             raise ValueError("urgency_input needs fairness_range (the urgency is read beside W)")
+        if self.plan_input and (self.fairness_range is None or self.agent != "attentive"):
+            raise ValueError("plan_input is for the attentive agent with a fairness_range (the plan is the look-ahead's at W)")
         if self.teacher not in TEACHER_NAMES:
             raise ValueError(f"teacher must be one of {', '.join(TEACHER_NAMES)}, got {self.teacher!r}")
         largest = max(n for stage in self.curriculum for n in stage.nodes)

@@ -35,6 +35,7 @@ share          (max_candidates, max_nodes)        fraction of the job on each no
 action_mask    MultiBinary(actions)               legal actions in this phase
 fairness       Box(0, 1, (1,))                    the episode's fairness setting W
 urgency        (window,)                          each slot's `job_urgency` (0 unless urgency=True)
+plan           (window + 1,)                      `plan_marks` of the slots and WAIT (0 unless plan=True)
 =============  =================================  =========================================
 
 The reward is `attentived.training.reward` (JCT, fairness of waiting, communication cost;
@@ -42,7 +43,8 @@ weights in `RewardWeights`, the fairness term scaled by W), paid when the simula
 moves. ``fairness`` is W, or a range W is drawn from (uniformly, by the environment's
 RNG) at each reset: a preference-conditioned agent reads it from the observation and
 learns the whole range with one network; ``urgency=True`` fills ``obs["urgency"]`` (for
-the experimental urgency input, `PPOConfig.urgency_input`). ``info`` carries the step's
+the experimental urgency input, `PPOConfig.urgency_input`), ``plan=True`` fills
+``obs["plan"]`` with the look-ahead's plan at the episode's W (`PPOConfig.plan_input`). ``info`` carries the step's
 reward terms, and at the end of an episode ``info["metrics"]`` (the
 `attentived.simulator.metrics.summarize` dict) and ``info["episode_name"]``.
 
@@ -92,7 +94,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from attentived.agents.behind_wait import fill_behind_wait, held
+from attentived.agents.behind_wait import fill_behind_wait, wait_hold
 from attentived.agents.features import (
     CANDIDATE_FEATURES,
     DEFAULT_WINDOW,
@@ -107,6 +109,7 @@ from attentived.agents.features import (
     GpuView,
     JobView,
 )
+from attentived.agents.guided import look_ahead_teacher
 from attentived.agents.plan import Plan, Start
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
@@ -224,6 +227,7 @@ class SchedulingEnv(gym.Env):
         invalid_penalty: float = 0.01,
         fairness: float | tuple[float, float] = 1.0,
         urgency: bool = False,
+        plan: bool = False,
     ) -> None:
         lo, hi = fairness if isinstance(fairness, tuple) else (fairness, fairness)
         if not 0.0 <= lo <= hi <= 1.0:
@@ -233,6 +237,7 @@ class SchedulingEnv(gym.Env):
         self.episodes = episodes if episodes is not None else TraceWindows.philly()
         self.invalid_penalty = invalid_penalty
         self.encoder = FeatureEncoder(window, max_candidates, urgency)
+        self.plan = plan
         self.window, self.max_nodes, self.max_candidates = window, max_nodes, max_candidates
         self.weights = reward
         self.wait_action = window
@@ -252,6 +257,7 @@ class SchedulingEnv(gym.Env):
                 "action_mask": spaces.MultiBinary(n_actions),
                 "fairness": spaces.Box(0.0, 1.0, (1,), f32),
                 "urgency": spaces.Box(-_BOUND, _BOUND, (window,), f32),
+                "plan": spaces.Box(0.0, 1.0, (window + 1,), f32),
             }
         )
         self.action_space: spaces.Discrete = spaces.Discrete(n_actions)
@@ -265,6 +271,8 @@ class SchedulingEnv(gym.Env):
         self.episode = self.episodes(self.np_random)
         lo, hi = self.fairness_range
         self._fairness = float(self.np_random.uniform(lo, hi)) if hi > lo else lo
+        if self.plan:
+            self.encoder.planner = look_ahead_teacher(self._fairness).decide
         if len(self.episode.topology.nodes) > self.max_nodes:
             raise ValueError(
                 f"episode {self.episode.name} has {len(self.episode.topology.nodes)} nodes, "
@@ -384,14 +392,15 @@ class SchedulingEnv(gym.Env):
 
     def _wait(self) -> RewardTerms:
         """WAIT as the decision loop applies it (`attentived.agents.behind_wait`): the first
-        job in the queue's order that cannot start now is held, and what cannot delay it
-        starts now, so the agent learns what a WAIT does when it runs. (The loop ranks by
-        the agent's logits; the environment has none and ranks by the queue.)"""
+        job in the queue's order that cannot start now is held (the look-ahead's hold, if
+        the observation shows its plan and it holds), and what cannot delay it starts now,
+        so the agent learns what a WAIT does when it runs. (The loop ranks by the agent's
+        logits; the environment has none and ranks by the queue.)"""
         assert self.sim is not None
         state = self.ctx.state
-        blocked = np.flatnonzero(~self.ctx.feasible)
-        hold = held(state, int(blocked[0])) if len(blocked) else None
-        starts = fill_behind_wait(state, state.pending, hold)
+        plan = self.encoder.plan_of(state) if self.plan else None
+        hold = wait_hold(state, np.flatnonzero(~self.ctx.feasible), plan)
+        starts = fill_behind_wait(state, state.pending, hold, plan)
         self.sim.apply(Plan(order=self._order(), starts=tuple(starts), holds=(hold,) if hold else (), waited=True))
         jobs = {j.job_id: j for j in state.pending} if starts else {}
         terms = RewardTerms()
@@ -430,4 +439,5 @@ class SchedulingEnv(gym.Env):
             "action_mask": self.action_masks().astype(np.int8),
             "fairness": np.array([self._fairness], np.float32),
             "urgency": self.jobs.urgency.copy(),
+            "plan": self.jobs.plan.copy(),
         }

@@ -50,7 +50,8 @@ class AgentKind:
 
 def _two_phase_env(cfg: PPOConfig, episodes: EpisodeSampler) -> SchedulingEnv:
     return SchedulingEnv(episodes, window=cfg.window, max_nodes=cfg.max_nodes, max_candidates=cfg.max_candidates,
-                         reward=cfg.reward, fairness=cfg.fairness_range or 1.0, urgency=cfg.urgency_input)
+                         reward=cfg.reward, fairness=cfg.fairness_range or 1.0, urgency=cfg.urgency_input,
+                         plan=cfg.plan_input)
 
 
 def _gpu_env(cfg: PPOConfig, episodes: EpisodeSampler) -> GpuByGpuEnv:
@@ -73,10 +74,12 @@ def _proximity_defaults() -> dict[str, Any]:
 
 
 def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
-    """A model trained over a range of W reads W (and, if asked, each job's urgency)."""
+    """A model trained over a range of W reads W (and, if asked, each job's urgency and the
+    look-ahead's plan)."""
     conditioned = cfg.fairness_range is not None
     urgency = conditioned and cfg.urgency_input
-    return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=urgency, slowdown_urgency=urgency))
+    return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=urgency, slowdown_urgency=urgency,
+                                plan_input=conditioned and cfg.plan_input))
 
 
 def _attentive_defaults() -> dict[str, Any]:

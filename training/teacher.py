@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 from weakref import WeakKeyDictionary
 
-from attentived.agents.metaheuristic import Portfolio
+from attentived.agents.guided import look_ahead_teacher
 from attentived.agents.order import estimated_runtime
 from attentived.agents.placement import Consolidate
 from attentived.agents.plan import Plan
@@ -42,13 +42,9 @@ heuristic on the validation windows (ahead of every preset), and one that uses h
 the agents also see when waiting pays."""
 
 
-def _look_ahead(fairness: float) -> Scheduler:
-    return Scheduler(Portfolio(seed=0, fairness=fairness), Consolidate(), backfill=False, name="look-ahead-teacher")
-
-
 TEACHERS: dict[str, Callable[[float], Scheduler]] = {
     "smallest-gpu-time": lambda _fairness: TEACHER,
-    "look-ahead": _look_ahead,
+    "look-ahead": look_ahead_teacher,
 }
 """The teachers by name (`PPOConfig.teacher`), each a function of the episode's fairness
 setting W. ``look-ahead`` is expert iteration: the `Portfolio` look-ahead at W labels the
@@ -87,7 +83,10 @@ def _plan(env: SchedulingEnv, state: ClusterState, teacher: str) -> Plan:
     """The teacher's plan for ``state``, computed once per state of each environment: the
     GPU phase shows the state of the job phase before it, and the plan is a pure function
     of the (immutable) snapshot, so the second phase reuses it. The teacher itself is
-    built once per episode (its W), keeping the look-ahead's caches."""
+    built once per episode (its W), keeping the look-ahead's caches. An environment whose
+    observations show the same look-ahead's plan (``plan=True``) has it already."""
+    if teacher == "look-ahead" and env.encoder.planner is not None:
+        return env.encoder.plan_of(state)
     cached = _PLANS.get(env)
     if cached is not None and cached[0] is state:
         return cached[1]

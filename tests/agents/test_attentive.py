@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from attentived.agents.attentive import AttentivePolicy
+from attentived.agents.behind_wait import fill_behind_wait
 from attentived.agents.learned import default_model_path, load_learned
 from attentived.agents.networks import AttentiveNet, JobEncoding, NetConfig
+from attentived.agents.plan import Plan, Start
 from attentived.agents.policy import Policy
 from attentived.agents.state import PendingJob
 from attentived.simulator.engine import SimJob, Simulation
@@ -96,6 +98,13 @@ def test_behind_a_wait_jobs_that_end_before_the_held_job_can_start_run(lab):
     soon = make_state(lab, pending, running=[RunningJob("long", "x", tuple(range(8)), 0.0, 1000.0, 1800.0)], now=1000.0)
     plan = pol.decide(soon)
     assert plan.starts == () and plan.holds[0].expected_start == 2800.0
+    # Behind the WAIT of a model that reads the look-ahead's plan, what the plan starts:
+    # nothing where the look-ahead itself starts nothing (its WAIT idles on purpose).
+    ranked = [s.pending[i] for i in range(len(s.pending))]
+    assert fill_behind_wait(s, ranked, hold, Plan(order=tuple(j.job_id for j in ranked))) == []
+    some = Plan(order=tuple(j.job_id for j in ranked), starts=(Start("short", (8, 9, 10, 11)),))
+    assert fill_behind_wait(s, ranked, hold, some) == fill_behind_wait(s, ranked, hold)
+    assert {st.job_id for st in fill_behind_wait(s, ranked, hold, some)} == {"short", "also"}
 
 
 def test_a_wait_with_nothing_blocked_keeps_only_spread_placements_waiting(lab):
@@ -278,3 +287,34 @@ def test_on_a_large_cluster_one_encoding_serves_several_starts_and_plans_stay_le
     _check_plan(plan, s)
     assert len(plan.starts) > 20 and len(encodings) < len(plan.starts) / 1.5
     assert pol.decide(s) == plan  # deterministic
+
+
+def test_a_plan_reading_model_waits_with_the_look_aheads_hold(lab):
+    """A model that reads the look-ahead's plan keeps the look-ahead's hold when it WAITs,
+    even when its own ranking puts another blocked job first: the teacher's WAIT label
+    means that hold (`behind_wait.wait_hold`)."""
+    from attentived.agents.guided import look_ahead_teacher
+
+    running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 1000.0, 600.0 * (k + 1)) for k in range(3)]
+    s = make_state(lab, [job("a16", gpus=16, user="ann"), job("b24", gpus=24, user="bob", submit=1),
+                         job("c32", gpus=32, user="cat", submit=2)], running=running, now=1000.0)
+    teacher = look_ahead_teacher(1.0).decide(s)
+    (wanted,) = teacher.holds
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, fairness_input=True, urgency_input=True, plan_input=True))
+    pol = AttentivePolicy(net, fairness=1.0, window=16, max_candidates=6)
+    other = next(j.job_id for j in s.pending if j.job_id != wanted.job_id)
+    slot = [j.job_id for j in s.pending].index(other)  # three jobs: the window is the queue in order
+
+    def other_first_then_wait(_module, _inputs, enc: JobEncoding) -> JobEncoding:
+        logits = enc.logits.clone()
+        logits[:, slot] = 1e5
+        logits[:, -1] = 1e6
+        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
+
+    pol.net.job_agent.register_forward_hook(other_first_then_wait)
+    plan = pol.decide(s)
+    assert plan.order[0] == other  # the network's ranking
+    assert plan.holds == (wanted,)  # the look-ahead's hold
+    pol.encoder.planner = None  # the same network without the plan holds what it ranks first
+    assert pol.decide(s).holds[0].job_id == other

@@ -187,3 +187,30 @@ def test_a_model_reads_the_urgency_it_was_trained_on(tmp_path):
         shipped = load_learned("attentive")
         assert shipped.net.cfg.urgency_input and not shipped.net.cfg.slowdown_urgency
         assert shipped.encoder.jobs(ctx).urgency[:2] == pytest.approx(wait_only)
+
+
+def test_a_plan_reading_model_reads_the_look_aheads_plan_at_its_own_w(tmp_path):
+    """Loaded by name with ``fairness=W``, a model trained with the plan input reads the
+    look-ahead's plan at that W (`plan_marks` of `look_ahead_teacher(W)`), and decides the
+    same twice; a model without the input reads no plan."""
+    import numpy as np
+
+    from attentived.agents.features import Context, plan_marks
+    from attentived.agents.guided import look_ahead_teacher
+    from attentived.agents.registry import make_policy
+    from attentived.topology import uniform
+
+    state = short_and_long_waiters(uniform(4, 8, nodes_per_switch=2))
+    net = AttentiveNet(NetConfig(d_model=16, heads=2, layers=1, fairness_input=True, urgency_input=True, plan_input=True))
+    path = save_model(tmp_path / "plan.pt", net, window=16, max_candidates=6, meta={})
+    for w in (0.0, 1.0):
+        policy = make_policy(f"attentive:model={path},fairness={w}")
+        view = policy.encoder.jobs(Context.of(state))
+        k = int(view.valid.sum())
+        expected = plan_marks(look_ahead_teacher(w).decide(state), state, view.index[:k])
+        assert np.array_equal(view.plan[:k], expected[:k]) and view.plan[-1] == expected[-1]
+        assert view.plan.max() == 1.0
+        assert policy.decide(state) == policy.decide(state)
+    plain = AttentiveNet(NetConfig(d_model=16, heads=2, layers=1, fairness_input=True))
+    other = make_policy(f"attentive:model={save_model(tmp_path / 'plain.pt', plain, window=16, max_candidates=6, meta={})}")
+    assert not other.encoder.jobs(Context.of(state)).plan.any()

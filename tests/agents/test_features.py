@@ -225,3 +225,32 @@ def test_a_large_cluster_shows_the_gpu_agent_the_candidates_switches():
     assert view.share.shape[1] == len(view.shown) and np.allclose(view.share[view.valid].sum(1), 1.0)
     s = make_state(small, [job("j", gpus=2)])
     assert len(FeatureEncoder().gpus(Context.of(s), s.pending[0]).shown) == NEIGHBOURHOOD_NODES
+
+
+def test_the_plan_marks_the_look_aheads_first_start_its_other_starts_and_wait(lab):
+    """A view built with a planner marks the job the look-ahead starts first, the other
+    jobs it starts now, and nothing else; when the plan starts nothing, WAIT is marked.
+    Without a planner every mark is 0, and the plan is computed once per snapshot."""
+    from attentived.agents.features import PLAN_FIRST, PLAN_LATER
+    from attentived.agents.guided import look_ahead_teacher
+
+    running = [RunningJob("r", "x", tuple(range(16)), 0.0, 900.0, 3600.0)]
+    pending = [job("big", gpus=16, submit=100.0, limit=7200.0), job("s1", gpus=4, submit=200.0, limit=900.0),
+               job("s2", gpus=8, submit=300.0, limit=1800.0)]
+    s = make_state(lab, pending, running=running)
+    encoder = FeatureEncoder(window=4)
+    assert not encoder.jobs(Context.of(s)).plan.any()
+    encoder.planner = look_ahead_teacher(0.0).decide
+    plan = encoder.plan_of(s)
+    assert encoder.plan_of(s) is plan  # once per snapshot
+    view = encoder.jobs(Context.of(s))
+    assert plan.starts, "two small jobs fit the 16 free GPUs"
+    marks = {s.pending[int(i)].job_id: float(view.plan[slot]) for slot, i in enumerate(view.index) if i >= 0}
+    assert marks[plan.starts[0].job_id] == PLAN_FIRST
+    assert all(marks[st.job_id] == PLAN_LATER for st in plan.starts[1:])
+    assert sum(m > 0 for m in marks.values()) == len(plan.starts) and view.plan[-1] == 0.0
+    assert not view.plan[3:-1].any()  # the padded slot
+
+    full = make_state(lab, [job("big", gpus=24, submit=100.0)], running=running)
+    waiting = encoder.jobs(Context.of(full))
+    assert encoder.plan_of(full).starts == () and waiting.plan[-1] == PLAN_FIRST and not waiting.plan[:-1].any()

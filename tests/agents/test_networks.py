@@ -203,3 +203,38 @@ def _urgent(net: AttentiveNet, obs: dict[str, torch.Tensor], w: float, u: torch.
     with torch.no_grad():
         return net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(), fairness=torch.tensor([[w]]),
                              urgency=u, feasible=_feasible(obs)[:, :8])
+
+
+def test_a_plan_reading_network_starts_at_its_teachers_choice():
+    """The plan's mark enters each slot's logit (and WAIT's) with weight `PLAN_PRIOR`: with
+    the token input silenced, marking a job raises its log-odds against another job by
+    exactly that much, and marking WAIT raises WAIT's. The input needs W, a missing plan is
+    an error, and a file from before the input has none."""
+    from attentived.agents.networks import PLAN_PRIOR
+
+    with pytest.raises(ValueError, match="needs fairness_input"):
+        NetConfig(plan_input=True)
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, plan_input=True)).eval()
+    agent = net.job_agent
+    assert agent.plan_in is not None
+    with torch.no_grad():
+        agent.plan_in.weight.zero_()
+        agent.plan_in.bias.zero_()
+    obs = {**_obs(B=1, phase=[0]), "fairness": torch.tensor([[0.5]])}
+    with pytest.raises(ValueError, match="plan"):
+        net(obs)
+    with torch.no_grad():
+        base, _ = net({**obs, "plan": torch.zeros(1, 9)})
+        first = torch.zeros(1, 9)
+        first[0, 3] = 1.0
+        marked, _ = net({**obs, "plan": first})
+        wait = torch.zeros(1, 9)
+        wait[0, 8] = 1.0
+        held, _ = net({**obs, "plan": wait})
+    gap = (marked[0, 3] - marked[0, 4]) - (base[0, 3] - base[0, 4])
+    assert float(gap) == pytest.approx(PLAN_PRIOR, abs=1e-5)
+    assert float((held[0, 8] - held[0, 3]) - (base[0, 8] - base[0, 3])) == pytest.approx(PLAN_PRIOR, abs=1e-5)
+    assert (marked[obs["action_mask"] == 0] == base[obs["action_mask"] == 0]).all()  # masks do not move
+    plain = AttentiveNet.from_spec({"d_model": 32, "heads": 2, "layers": 1, "ff_mult": 2, "fairness_input": True})
+    assert plain.job_agent.plan_in is None and not plain.cfg.plan_input

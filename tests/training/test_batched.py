@@ -33,7 +33,8 @@ def _reference(net: AttentiveNet, obs: dict[str, torch.Tensor]) -> tuple[torch.T
     enc = net.job_agent(obs["jobs"], obs["summary"], obs["job_valid"].bool(),
                         fairness=obs["fairness"] if cfg.fairness_input else None,
                         urgency=obs["urgency"] if cfg.urgency_input else None,
-                        feasible=obs["action_mask"][:, : obs["job_valid"].shape[1]].bool())
+                        feasible=obs["action_mask"][:, : obs["job_valid"].shape[1]].bool(),
+                        plan=obs["plan"] if cfg.plan_input else None)
     mask = obs["action_mask"].bool()
     logits = torch.full(mask.shape, _MASKED)
     chosen = torch.zeros_like(enc.context)
@@ -47,7 +48,7 @@ def _reference(net: AttentiveNet, obs: dict[str, torch.Tensor]) -> tuple[torch.T
     return logits.masked_fill(~mask, _MASKED), value
 
 
-def _stored_transitions(tmp_path: Path, steps: int = 240) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _stored_transitions(tmp_path: Path, steps: int = 240, plan: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Observations and actions of a rollout that mixes the teacher's actions with random
     ones, on 1 to 4 nodes (padded to 4) with a window of 32: queues of every length."""
     trace = load_trace(write_toy_trace(tmp_path / "toy.csv", n=300))
@@ -56,10 +57,11 @@ def _stored_transitions(tmp_path: Path, steps: int = 240) -> tuple[dict[str, tor
     for nodes in (1, 2, 4):
         jobs = prepare_jobs(trace.jobs[: 60 * nodes], seed=nodes)
         env = SchedulingEnv(FixedEpisode(Episode(tuple(jobs), uniform(nodes, 8), "toy")), window=32, max_nodes=4,
-                            urgency=True)
+                            urgency=True, plan=plan)
         obs, _ = env.reset(seed=nodes)
         for _ in range(steps // 3):
-            a = teacher_action(env) if rng.random() < 0.7 else int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            teacher = "look-ahead" if plan else "smallest-gpu-time"
+            a = teacher_action(env, teacher) if rng.random() < 0.7 else int(rng.choice(np.flatnonzero(obs["action_mask"])))
             obs_rows.append(obs)
             actions.append(a)
             obs, _, done, _, _ = env.step(a)
@@ -69,14 +71,18 @@ def _stored_transitions(tmp_path: Path, steps: int = 240) -> tuple[dict[str, tor
     return batch, torch.tensor(actions)
 
 
-@pytest.mark.parametrize("conditioned", [False, True], ids=["plain", "fairness-and-urgency"])
-def test_batched_log_probs_values_and_entropy_equal_the_per_transition_computation(tmp_path, conditioned):
+@pytest.mark.parametrize(("conditioned", "plan"), [(False, False), (True, False), (True, True)],
+                         ids=["plain", "fairness-and-urgency", "and-plan"])
+def test_batched_log_probs_values_and_entropy_equal_the_per_transition_computation(tmp_path, conditioned, plan):
     torch.manual_seed(0)
-    net = AttentiveNet(NetConfig(d_model=32, heads=2, fairness_input=conditioned, urgency_input=conditioned)).train()
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, fairness_input=conditioned, urgency_input=conditioned,
+                                 plan_input=plan)).train()
     if conditioned:
         with torch.no_grad():
             net.job_agent.urgency_bias.copy_(torch.tensor([0.7, -1.3]))  # a trained model's bias is not 0
-    obs, actions = _stored_transitions(tmp_path)
+    obs, actions = _stored_transitions(tmp_path, plan=plan)
+    if plan:
+        assert (obs["plan"][:, -1] > 0).any() and (obs["plan"][:, :-1] > 0).any()  # starts and WAITs marked
     used = (obs["job_valid"].bool() * torch.arange(1, 33)).amax(1)
     assert used.min() <= 2 and used.max() >= 16 and (obs["phase"] == 1).any()  # the grouping is exercised
     with torch.no_grad():
@@ -111,6 +117,31 @@ def test_batched_gradients_equal_the_per_transition_gradients(tmp_path):
         loss(*_reference(net, {k: v[i : i + 1] for k, v in obs.items()}), slice(i, i + 1)).backward()
     for a, b in zip(batched, grads()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_plan_an_environment_shows_is_the_one_its_look_ahead_teacher_labels_from(tmp_path):
+    """With ``plan=True`` the observation marks the job the look-ahead teacher starts first
+    (or WAIT when it starts nothing), so a plan-reading network sees its label's source:
+    in every job phase the teacher's action is the marked one, or a fallback when the
+    plan's first start is not in the window."""
+    trace = load_trace(write_toy_trace(tmp_path / "toy.csv", n=300))
+    env = SchedulingEnv(FixedEpisode(Episode(tuple(prepare_jobs(trace.jobs[:120], seed=2)), uniform(2, 8), "toy")),
+                        window=8, max_nodes=2, urgency=True, plan=True, fairness=(0.0, 1.0))
+    obs, _ = env.reset(seed=2)
+    marked = job_phases = 0
+    for _ in range(150):
+        a = teacher_action(env, "look-ahead")
+        if env.phase == 0:
+            job_phases += 1
+            plan = env.encoder.plan_of(env.state)
+            assert float(obs["plan"][a]) == 1.0 or (plan.starts and plan.starts[0].job_id not in
+                                                    {env.state.pending[int(i)].job_id for i in env.jobs.index if i >= 0})
+            marked += float(obs["plan"][a]) == 1.0
+            assert float(obs["plan"].max()) == 1.0 and int((obs["plan"] == 1.0).sum()) == 1
+        obs, _, done, _, _ = env.step(a)
+        if done:
+            obs, _ = env.reset()
+    assert job_phases > 50 and marked >= 0.9 * job_phases
 
 
 def test_groups_cover_every_row_once_at_a_width_that_holds_it():

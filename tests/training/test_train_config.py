@@ -124,3 +124,15 @@ def test_every_shipped_recipe_loads_for_the_attentive_agent(recipe):
 
     cfg = load_train_config(recipe, replace(PPOConfig(), **kind_defaults("attentive")))
     assert cfg.urgency_input  # each recipe is the urgency-reading one, varied
+
+
+def test_the_plan_input_is_for_the_attentive_agent_over_a_range_of_w():
+    from attentived.training.kinds import KINDS, kind_defaults
+
+    with pytest.raises(ValueError, match="plan_input"):
+        PPOConfig(plan_input=True)  # no fairness_range
+    with pytest.raises(ValueError, match="plan_input"):
+        PPOConfig(**{**kind_defaults("deeprm"), "fairness_range": (0.0, 1.0), "plan_input": True})
+    cfg = PPOConfig(**{**kind_defaults("attentive"), "plan_input": True})
+    assert KINDS["attentive"].make_net(cfg).cfg.plan_input
+    assert not KINDS["attentive"].make_net(PPOConfig(**kind_defaults("attentive"))).cfg.plan_input

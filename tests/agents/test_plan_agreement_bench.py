@@ -1,0 +1,34 @@
+"""`bench/plan_agreement.py`'s probe: it asks the teacher at every state and changes nothing."""
+
+from __future__ import annotations
+
+import torch
+
+from attentived.agents.attentive import AttentivePolicy
+from attentived.agents.networks import AttentiveNet, NetConfig
+from attentived.simulator.engine import SimJob, Simulation
+from attentived.simulator.trace import TraceJob
+from attentived.topology import uniform
+from tests.bench_scripts import load_bench
+
+
+def test_the_probe_counts_every_decision_once_and_decides_as_the_model(monkeypatch):
+    bench = load_bench("plan_agreement", monkeypatch)
+    jobs = [SimJob(TraceJob(f"j{i}", i * 30.0, f"u{i % 3}", [1, 2, 4, 8][i % 4], 200.0 + 50 * (i % 5), None, 0), 900.0, "bert")
+            for i in range(40)]
+
+    def model() -> AttentivePolicy:
+        torch.manual_seed(3)
+        net = AttentiveNet(NetConfig(d_model=32, heads=2, fairness_input=True, urgency_input=True, plan_input=True))
+        return AttentivePolicy(net, fairness=1.0, window=16, max_candidates=6)
+
+    alone = Simulation(jobs, uniform(2, 8), model()).run()
+    probe = bench.Probe(model(), 1.0)
+    probed = Simulation(jobs, uniform(2, 8), probe).run()
+    assert [(r.job_id, r.start_time, r.gpus) for r in probed.records] == [(r.job_id, r.start_time, r.gpus) for r in alone.records]
+    c = probe.counts
+    kinds = ("both start nothing", "teacher starts nothing, model starts jobs", "teacher starts jobs, model starts nothing",
+             "same first job", "another first job")
+    assert c["decisions"] == probed.decisions == sum(c[k] for k in kinds) > 0
+    assert c["same GPUs"] <= c["starts the teacher also makes"] and c["same set of jobs"] <= c["decisions"]
+    assert c["same first job"] > 0  # an untrained network starts at its teacher's choice (the plan's bias)
