@@ -261,11 +261,12 @@ class FeatureEncoder:
         self._planned: tuple[ClusterState, Plan] | None = None
         self._speed: dict[int, tuple[SpeedModel, str]] = {}
 
-    def plan_of(self, state: ClusterState) -> Plan:
-        """`planner`'s plan for ``state``, computed once per snapshot: the GPU phase and
-        the training's teacher read the plan of the job view just built."""
+    def plan_of(self, state: ClusterState) -> Plan | None:
+        """`planner`'s plan for ``state`` (``None`` without a planner), computed once per
+        snapshot: the GPU phase, a WAIT and the training's teacher read the plan of the
+        job view just built."""
         if self.planner is None:
-            raise ValueError("this encoder has no planner")
+            return None
         if self._planned is None or self._planned[0] is not state:
             self._planned = (state, self.planner(state))
         return self._planned[1]
@@ -314,8 +315,8 @@ class FeatureEncoder:
             jobs[:k] = self._job_rows(ctx, idx)
             if self.urgency:
                 urgency[:k] = job_urgency(ctx, self.slowdown_urgency)[idx]
-        if self.planner is not None:
-            marks = plan_marks(self.plan_of(ctx.state), ctx.state, idx)
+        if (planned := self.plan_of(ctx.state)) is not None:
+            marks = plan_marks(planned, ctx.state, idx)
             plan[:k], plan[W] = marks[:k], marks[k]
         return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx), urgency, plan)
 

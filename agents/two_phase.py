@@ -216,7 +216,7 @@ class TwoPhasePolicy:
                 enc = self._encode(view)
         ranked = _rank(state, view, enc.logits[0, : self.encoder.window].numpy())
         blocked = [i for i in ranked if not ctx.feasible[i]]
-        plan = self.encoder.plan_of(state) if self.encoder.planner is not None else None
+        plan = self.encoder.plan_of(state)
         hold = wait_hold(state, blocked, plan)
         if waited:
             filled = fill_behind_wait(state, [state.pending[i] for i in ranked], hold, plan)

@@ -30,6 +30,7 @@ from attentived.agents.attentive import AttentivePolicy
 from attentived.agents.guided import look_ahead_teacher
 from attentived.agents.plan import Plan
 from attentived.agents.registry import make_policy
+from attentived.agents.spec import BadPolicyName
 from attentived.agents.state import ClusterState
 from attentived.simulator.replay import replay
 
@@ -84,7 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.window < 0:
         ap.error(f"--window must be >= 0 (got {args.window})")
-    model = make_policy(f"attentive:model={args.model},fairness={args.fairness:g}", seed=args.seed)
+    try:
+        model = make_policy(f"attentive:model={args.model},fairness={args.fairness:g}", seed=args.seed)
+    except BadPolicyName as e:
+        ap.error(str(e))
     if not isinstance(model, AttentivePolicy) or model.encoder.planner is None:
         ap.error(f"{args.model}: this model does not read the look-ahead's plan (train it with plan_input = true)")
     topo, (trace,) = matched_windows(1, args.window)

@@ -398,7 +398,7 @@ class SchedulingEnv(gym.Env):
         logits; the environment has none and ranks by the queue.)"""
         assert self.sim is not None
         state = self.ctx.state
-        plan = self.encoder.plan_of(state) if self.plan else None
+        plan = self.encoder.plan_of(state)
         hold = wait_hold(state, np.flatnonzero(~self.ctx.feasible), plan)
         starts = fill_behind_wait(state, state.pending, hold, plan)
         self.sim.apply(Plan(order=self._order(), starts=tuple(starts), holds=(hold,) if hold else (), waited=True))

@@ -85,8 +85,8 @@ def _plan(env: SchedulingEnv, state: ClusterState, teacher: str) -> Plan:
     of the (immutable) snapshot, so the second phase reuses it. The teacher itself is
     built once per episode (its W), keeping the look-ahead's caches. An environment whose
     observations show the same look-ahead's plan (``plan=True``) has it already."""
-    if teacher == "look-ahead" and env.encoder.planner is not None:
-        return env.encoder.plan_of(state)
+    if teacher == "look-ahead" and (shown := env.encoder.plan_of(state)) is not None:
+        return shown
     cached = _PLANS.get(env)
     if cached is not None and cached[0] is state:
         return cached[1]

@@ -239,9 +239,10 @@ def test_the_plan_marks_the_look_aheads_first_start_its_other_starts_and_wait(la
                job("s2", gpus=8, submit=300.0, limit=1800.0)]
     s = make_state(lab, pending, running=running)
     encoder = FeatureEncoder(window=4)
-    assert not encoder.jobs(Context.of(s)).plan.any()
+    assert not encoder.jobs(Context.of(s)).plan.any() and encoder.plan_of(s) is None
     encoder.planner = look_ahead_teacher(0.0).decide
     plan = encoder.plan_of(s)
+    assert plan is not None
     assert encoder.plan_of(s) is plan  # once per snapshot
     view = encoder.jobs(Context.of(s))
     assert plan.starts, "two small jobs fit the 16 free GPUs"
@@ -253,4 +254,6 @@ def test_the_plan_marks_the_look_aheads_first_start_its_other_starts_and_wait(la
 
     full = make_state(lab, [job("big", gpus=24, submit=100.0)], running=running)
     waiting = encoder.jobs(Context.of(full))
-    assert encoder.plan_of(full).starts == () and waiting.plan[-1] == PLAN_FIRST and not waiting.plan[:-1].any()
+    full_plan = encoder.plan_of(full)
+    assert full_plan is not None and full_plan.starts == ()
+    assert waiting.plan[-1] == PLAN_FIRST and not waiting.plan[:-1].any()

@@ -134,6 +134,7 @@ def test_the_plan_an_environment_shows_is_the_one_its_look_ahead_teacher_labels_
         if env.phase == 0:
             job_phases += 1
             plan = env.encoder.plan_of(env.state)
+            assert plan is not None
             assert float(obs["plan"][a]) == 1.0 or (plan.starts and plan.starts[0].job_id not in
                                                     {env.state.pending[int(i)].job_id for i in env.jobs.index if i >= 0})
             marked += float(obs["plan"][a]) == 1.0
