@@ -44,6 +44,7 @@ import numpy as np
 from attentived.topology import Link, Topology
 from attentived.topology.speed import SpeedModel
 
+from .carried_plan import carried
 from .fit import Fit, request
 from .objective import fairness_weights
 from .order import estimated_runtime, estimated_runtimes
@@ -220,9 +221,10 @@ def wait_allowed(ctx: Context) -> bool:
     return bool(ctx.state.running) or not ctx.feasible.any()
 
 
-def select_window(ctx: Context, window: int, include: int | None = None) -> np.ndarray:
+def select_window(ctx: Context, window: int, include: Sequence[int] = ()) -> np.ndarray:
     """Pending-queue indices shown to the job agent (see the module docstring), oldest
-    first. ``include`` (a queue index) is forced in, in place of the last job picked."""
+    first. ``include`` (queue indices, at most ``window // 2``) are forced in, in place of
+    the last jobs picked, so the oldest half stays."""
     q = ctx.state.queue
     n = len(q.seq)
     if n <= window:
@@ -237,8 +239,10 @@ def select_window(ctx: Context, window: int, include: int | None = None) -> np.n
     taken[startable] = True
     rest = by_age[~taken[by_age]][: window - len(oldest) - len(startable)]
     picked = np.concatenate([oldest, startable, rest])
-    if include is not None and include not in picked:
-        picked[-1] = include
+    if len(include):
+        forced = np.asarray(list(dict.fromkeys(include)), np.int64)[: window // 2]
+        others = picked[~np.isin(picked, forced)]
+        picked = np.concatenate([others[: window - len(forced)], forced])
     return picked[np.argsort(q.seq[picked], kind="stable")]
 
 
@@ -264,11 +268,13 @@ class FeatureEncoder:
     def plan_of(self, state: ClusterState) -> Plan | None:
         """`planner`'s plan for ``state`` (``None`` without a planner), computed once per
         snapshot: the GPU phase, a WAIT and the training's teacher read the plan of the
-        job view just built."""
+        job view just built. Where ``state`` is the last plan's state with some of its
+        starts made, what is left of that plan is the plan (`carried_plan`)."""
         if self.planner is None:
             return None
         if self._planned is None or self._planned[0] is not state:
-            self._planned = (state, self.planner(state))
+            kept = None if self._planned is None else carried(self._planned[1], self._planned[0], state)
+            self._planned = (state, kept if kept is not None else self.planner(state))
         return self._planned[1]
 
     def speed(self, topo: Topology) -> SpeedModel:
@@ -298,9 +304,18 @@ class FeatureEncoder:
     # ---- jobs ----
 
     def jobs(self, ctx: Context, include: int | None = None) -> JobView:
-        """The job agent's view; ``include`` forces that pending-queue index into the window."""
+        """The job agent's view; ``include`` forces that pending-queue index into the window,
+        as the plan (for a model that reads one) forces in the jobs it starts now: a plan's
+        job outside the window could not be taken, and on a held-out window the look-ahead's
+        protected job, neither old nor small enough to be shown, waited out of sight for
+        hours while the model started others."""
         W = self.window
-        idx = select_window(ctx, W, include)
+        planned = self.plan_of(ctx.state)
+        forced = [] if include is None else [include]
+        if planned is not None and planned.starts:
+            at = {j.job_id: i for i, j in enumerate(ctx.state.pending)} if len(ctx.state.pending) > W else {}
+            forced += [at[s.job_id] for s in planned.starts if s.job_id in at]
+        idx = select_window(ctx, W, forced)
         k = len(idx)
         jobs = np.zeros((W, JOB_FEATURES), np.float32)
         valid = np.zeros(W, bool)
@@ -315,7 +330,7 @@ class FeatureEncoder:
             jobs[:k] = self._job_rows(ctx, idx)
             if self.urgency:
                 urgency[:k] = job_urgency(ctx, self.slowdown_urgency)[idx]
-        if (planned := self.plan_of(ctx.state)) is not None:
+        if planned is not None:
             marks = plan_marks(planned, ctx.state, idx)
             plan[:k], plan[W] = marks[:k], marks[k]
         return JobView(jobs, self._summary(ctx), valid, feasible, index, wait_allowed(ctx), urgency, plan)

@@ -95,6 +95,11 @@ class PPOConfig:
     bc_coef: float = 1.0
     bc_until: float = 0.5  # fraction of training over which the coefficient falls to bc_floor
     bc_floor: float = 0.2  # kept for the rest of training: a leash, not a target
+    # more leash the more fairness the episode asks for: a transition's weight is the
+    # annealed coefficient above plus bc_fairness x its W, so a preference-conditioned
+    # student may leave its teacher for speed at W = 0 and stays on the look-ahead's
+    # protective plan at W = 1 (docs/agents.md, "A leash that grows with W")
+    bc_fairness: float = 0.0
     # validation and checkpoints
     val_days: tuple[float, float] = (30.0, 40.0)
     val_episodes: int = 3
@@ -153,6 +158,8 @@ class PPOConfig:
             raise ValueError("urgency_input needs fairness_range (the urgency is read beside W)")
         if self.plan_input and (self.fairness_range is None or self.agent != "attentive"):
             raise ValueError("plan_input is for the attentive agent with a fairness_range (the plan is the look-ahead's at W)")
+        if self.bc_fairness < 0 or (self.bc_fairness > 0 and self.fairness_range is None):
+            raise ValueError(f"bc_fairness must be 0, or positive with a fairness_range (it weighs by W), got {self.bc_fairness}")
         if self.teacher not in TEACHER_NAMES:
             raise ValueError(f"teacher must be one of {', '.join(TEACHER_NAMES)}, got {self.teacher!r}")
         largest = max(n for stage in self.curriculum for n in stage.nodes)

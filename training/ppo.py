@@ -21,7 +21,8 @@ the teacher term annealed all the way to zero, PPO then drifted: validation fell
 -4.35 to between -4.4 and -10.9 as the agents unlearned the teacher's holds faster than
 they learned anything better. The floor keeps them near a good schedule while PPO
 improves on it; the agents always act on their own samples, so the critic learns their
-own policy's values.
+own policy's values. With ``bc_fairness`` the leash also grows with each transition's
+fairness setting W (`bc_term`).
 
 Data, stated once (see docs/agents.md):
 
@@ -197,6 +198,18 @@ def _validation_score(run: tuple[PPOConfig, LoadedModel, Episode, float | None])
 # ---- tensors ----
 
 
+def bc_term(nll: torch.Tensor, coef: float, per_w: float, fairness: torch.Tensor | None,
+            rows: torch.Tensor) -> torch.Tensor:
+    """The teacher term of a minibatch: ``coef`` x the mean cross-entropy toward the
+    teacher (``nll``, one per transition of ``rows``), plus ``per_w`` x its mean weighted
+    by each transition's W (`PPOConfig.bc_fairness`), so the leash grows with the fairness
+    the episode asks for. ``per_w = 0`` adds exactly nothing."""
+    if not per_w:
+        return coef * nll.mean()
+    assert fairness is not None, "bc_fairness needs the fairness setting W in the observations"
+    return coef * nll.mean() + per_w * (fairness[rows].view(-1) * nll).mean()
+
+
 def _to_torch(obs: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(v, device=device) for k, v in obs.items()}
 
@@ -343,8 +356,10 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                         v_loss = 0.5 * torch.max((new_value - b_returns[mb]) ** 2, (v_clipped - b_returns[mb]) ** 2).mean()
                     else:
                         v_loss = 0.5 * ((new_value - b_returns[mb]) ** 2).mean()
-                    bc_loss = -dist.log_prob(b_teacher[mb]).mean()
-                    loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss + bc_coef * bc_loss
+                    bc_nll = -dist.log_prob(b_teacher[mb])
+                    bc_loss = bc_nll.mean()
+                    loss = (pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
+                            + bc_term(bc_nll, bc_coef, cfg.bc_fairness, b_obs.get("fairness"), mb))
                     optimizer.zero_grad()
                     loss.backward()
                     nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)

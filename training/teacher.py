@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 from weakref import WeakKeyDictionary
 
+from attentived.agents.carried_plan import carried
 from attentived.agents.guided import look_ahead_teacher
 from attentived.agents.order import estimated_runtime
 from attentived.agents.placement import Consolidate
@@ -82,9 +83,11 @@ _SCHEDULERS: WeakKeyDictionary[SchedulingEnv, tuple[str, float, Scheduler]] = We
 def _plan(env: SchedulingEnv, state: ClusterState, teacher: str) -> Plan:
     """The teacher's plan for ``state``, computed once per state of each environment: the
     GPU phase shows the state of the job phase before it, and the plan is a pure function
-    of the (immutable) snapshot, so the second phase reuses it. The teacher itself is
-    built once per episode (its W), keeping the look-ahead's caches. An environment whose
-    observations show the same look-ahead's plan (``plan=True``) has it already."""
+    of the (immutable) snapshot, so the second phase reuses it; after a start of the plan
+    the rest of it is carried (`carried_plan`), as the teacher itself starts its whole plan
+    at once. The teacher is built once per episode (its W), keeping the look-ahead's
+    caches. An environment whose observations show the same look-ahead's plan
+    (``plan=True``) has it already."""
     if teacher == "look-ahead" and (shown := env.encoder.plan_of(state)) is not None:
         return shown
     cached = _PLANS.get(env)
@@ -93,7 +96,9 @@ def _plan(env: SchedulingEnv, state: ClusterState, teacher: str) -> Plan:
     built = _SCHEDULERS.get(env)
     if built is None or built[:2] != (teacher, env.fairness):
         built = _SCHEDULERS[env] = (teacher, env.fairness, TEACHERS[teacher](env.fairness))
-    plan = built[2].decide(state)
+        cached = None  # a plan of another teacher or W is not carried
+    kept = None if cached is None else carried(cached[1], cached[0], state)
+    plan = kept if kept is not None else built[2].decide(state)
     _PLANS[env] = (state, plan)
     return plan
 

@@ -118,7 +118,7 @@ def test_window_keeps_the_oldest_and_the_startable_smallest(lab):
     assert names[:8] == [f"old{i}" for i in range(8)]  # half: the longest waiting
     assert sorted(names[8:]) == sorted(f"small{i}" for i in range(32, 40))  # half: smallest startable
     assert len(set(idx)) == 16
-    forced = select_window(ctx, 16, include=s.pending.index(next(j for j in s.pending if j.job_id == "small0")))
+    forced = select_window(ctx, 16, include=[s.pending.index(next(j for j in s.pending if j.job_id == "small0"))])
     assert "small0" in [s.pending[i].job_id for i in forced] and len(forced) == 16
 
 

@@ -20,7 +20,7 @@ from attentived.simulator.trace import load_trace
 from attentived.topology import uniform
 from attentived.training.config import PPOConfig, Stage
 from attentived.training.gym_env import Episode, FixedEpisode, SchedulingEnv
-from attentived.training.ppo import _rewind, evaluate, score, train, validation_episodes
+from attentived.training.ppo import _rewind, bc_term, evaluate, score, train, validation_episodes
 from attentived.training.reward import RewardWeights
 from attentived.training.teacher import teacher_action
 
@@ -116,6 +116,29 @@ def test_training_writes_models_logs_and_is_reproducible(tmp_path):
     train(b, progress=False)
     again = _rows(Path(b.out_dir) / "metrics.csv")
     assert _timeless(rows) == _timeless(again)
+
+
+def test_the_teacher_term_weighs_each_transition_by_its_w():
+    nll = torch.tensor([1.0, 2.0, 4.0, 8.0])
+    w = torch.tensor([[0.0], [1.0], [0.5], [0.25]])
+    rows = torch.tensor([0, 1, 3])
+    assert bc_term(nll[rows], 0.2, 0.0, w, rows).item() == pytest.approx(0.2 * 11 / 3)
+    # the W = 0 transition keeps the base weight, the W = 1 one gains the whole bc_fairness
+    assert bc_term(nll[rows], 0.2, 1.8, w, rows).item() == pytest.approx(0.2 * 11 / 3 + 1.8 * (0 + 2 + 2) / 3)
+
+
+def test_a_leash_growing_with_w_changes_training_and_stays_reproducible(tmp_path):
+    from attentived.training.kinds import kind_defaults
+
+    conditioned = {k: v for k, v in kind_defaults("attentive").items() if k in ("fairness_range", "urgency_input")}
+    runs = [tiny_config(tmp_path / name, **conditioned, bc_fairness=leash)
+            for name, leash in (("a", 2.0), ("b", 2.0), ("plain", 0.0))]
+    for cfg in runs:
+        train(cfg, progress=False)
+    a, b, plain = (_timeless(_rows(Path(cfg.out_dir) / "metrics.csv")) for cfg in runs)
+    assert a == b
+    assert a != plain
+    assert not _same_weights(*(load_model(Path(cfg.out_dir) / "final.pt") for cfg in (runs[0], runs[2])))
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):

@@ -136,3 +136,13 @@ def test_the_plan_input_is_for_the_attentive_agent_over_a_range_of_w():
     cfg = PPOConfig(**{**kind_defaults("attentive"), "plan_input": True})
     assert KINDS["attentive"].make_net(cfg).cfg.plan_input
     assert not KINDS["attentive"].make_net(PPOConfig(**kind_defaults("attentive"))).cfg.plan_input
+
+
+def test_a_leash_that_grows_with_w_needs_w():
+    from attentived.training.kinds import kind_defaults
+
+    with pytest.raises(ValueError, match="bc_fairness"):
+        PPOConfig(bc_fairness=1.0)  # no fairness_range: no W to weigh by
+    with pytest.raises(ValueError, match="bc_fairness"):
+        PPOConfig(**{**kind_defaults("attentive"), "bc_fairness": -0.5})
+    assert PPOConfig(**{**kind_defaults("attentive"), "bc_fairness": 1.8}).bc_fairness == 1.8
