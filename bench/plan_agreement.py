@@ -11,7 +11,13 @@ starts nothing and the model starts jobs anyway (through its WAIT's fill, or a j
 own); and how many of the model's starts that the teacher also makes take the same GPUs.
 The teacher replays the same window on its own for the outcome it would have had.
 
-    .venv/bin/python bench/plan_agreement.py --model runs/plan2/best.pt --fairness 1 [--window 0] [--seed 0]
+    .venv/bin/python bench/plan_agreement.py --model runs/plan2/best.pt --fairness 1 [--window 0] [--seed 0] [--follow]
+
+``--follow`` sets the model's plan bias to `FOLLOW_BIAS` nats, so it takes its plan's job
+(or WAIT) wherever the plan has one: what is then left between the model and its teacher
+is the decision loop's doing (its window, its GPU agent, how it carries a plan), not the
+network's. It is how the re-planned look-ahead was found (docs/agents.md, "A plan holds
+for its instant").
 
 Prints the counts and both runs' avg JCT and worst user's mean wait; ``--json FILE``
 writes them.
@@ -26,6 +32,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from attentived.agents.attentive import AttentivePolicy
 from attentived.agents.guided import look_ahead_teacher
 from attentived.agents.plan import Plan
@@ -37,6 +45,18 @@ from attentived.simulator.replay import replay
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fairness_knob import matched_windows  # noqa: E402
+
+
+FOLLOW_BIAS = 100.0
+"""``--follow``'s plan bias: far above the network's own logits (within +-10)."""
+
+
+def follow(model: AttentivePolicy) -> None:
+    """Make ``model`` take its plan's choice wherever the plan has one (``--follow``)."""
+    bias = model.net.job_agent.plan_bias
+    assert bias is not None, "follow needs a model that reads the plan"
+    with torch.no_grad():
+        bias.fill_(FOLLOW_BIAS)
 
 
 class Probe:
@@ -81,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fairness", type=float, default=1.0, help="the setting W of both (default 1)")
     ap.add_argument("--window", type=int, default=0, help="which of the knob bench's held-out windows (default 0)")
     ap.add_argument("--seed", type=int, default=0, help="the bench seed: time limits and models (default 0)")
+    ap.add_argument("--follow", action="store_true",
+                    help=f"set the model's plan bias to {FOLLOW_BIAS:g} nats: it takes its plan's choice wherever it can")
     ap.add_argument("--json", help="write the counts and outcomes here")
     args = ap.parse_args(argv)
     if args.window < 0:
@@ -91,11 +113,14 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(str(e))
     if not isinstance(model, AttentivePolicy) or model.encoder.planner is None:
         ap.error(f"{args.model}: this model does not read the look-ahead's plan (train it with plan_input = true)")
+    if args.follow:
+        follow(model)
     topo, (trace,) = matched_windows(1, args.window)
     probe = Probe(model, args.fairness)
     teacher = make_policy(f"portfolio:fairness={args.fairness:g}", seed=args.seed)
     result = replay(trace, topo, [probe, teacher], seed=args.seed)
     out: dict[str, Any] = {"window": trace.name, "seed": args.seed, "fairness": args.fairness, "model": args.model,
+                           "follow": args.follow,
                            "counts": dict(probe.counts), "runs": {}}
     for name, run in result.runs.items():
         out["runs"][name] = {k: float(run.summary[k]) for k in ("avg_jct", "max_user_wait")}
