@@ -46,7 +46,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fairness_knob import matched_windows  # noqa: E402
 
-
 FOLLOW_BIAS = 100.0
 """``--follow``'s plan bias: far above the network's own logits (within +-10)."""
 
