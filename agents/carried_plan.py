@@ -13,8 +13,24 @@ of its starts made, on its GPUs and at the same instant, what is left of it is t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .plan import Plan
 from .state import ClusterState
+
+
+def plan_at(state: ClusterState, last: tuple[ClusterState, Plan] | None,
+            planner: Callable[[ClusterState], Plan]) -> Plan:
+    """The plan for ``state`` given the ``last`` (state, plan) its caller kept: that plan
+    for the same snapshot, what is left of it when ``state`` carries it (`carried`), else
+    ``planner``'s fresh plan. One rule for the model's plan and the teacher's labels."""
+    if last is not None:
+        if last[0] is state:
+            return last[1]
+        kept = carried(last[1], last[0], state)
+        if kept is not None:
+            return kept
+    return planner(state)
 
 
 def carried(plan: Plan, before: ClusterState, after: ClusterState) -> Plan | None:

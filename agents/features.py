@@ -44,7 +44,7 @@ import numpy as np
 from attentived.topology import Link, Topology
 from attentived.topology.speed import SpeedModel
 
-from .carried_plan import carried
+from .carried_plan import plan_at
 from .fit import Fit, request
 from .objective import fairness_weights
 from .order import estimated_runtime, estimated_runtimes
@@ -272,9 +272,7 @@ class FeatureEncoder:
         starts made, what is left of that plan is the plan (`carried_plan`)."""
         if self.planner is None:
             return None
-        if self._planned is None or self._planned[0] is not state:
-            kept = None if self._planned is None else carried(self._planned[1], self._planned[0], state)
-            self._planned = (state, kept if kept is not None else self.planner(state))
+        self._planned = (state, plan_at(state, self._planned, self.planner))
         return self._planned[1]
 
     def speed(self, topo: Topology) -> SpeedModel:

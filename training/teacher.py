@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 from weakref import WeakKeyDictionary
 
-from attentived.agents.carried_plan import carried
+from attentived.agents.carried_plan import plan_at
 from attentived.agents.guided import look_ahead_teacher
 from attentived.agents.order import estimated_runtime
 from attentived.agents.placement import Consolidate
@@ -90,15 +90,11 @@ def _plan(env: SchedulingEnv, state: ClusterState, teacher: str) -> Plan:
     (``plan=True``) has it already."""
     if teacher == "look-ahead" and (shown := env.encoder.plan_of(state)) is not None:
         return shown
-    cached = _PLANS.get(env)
-    if cached is not None and cached[0] is state:
-        return cached[1]
     built = _SCHEDULERS.get(env)
     if built is None or built[:2] != (teacher, env.fairness):
         built = _SCHEDULERS[env] = (teacher, env.fairness, TEACHERS[teacher](env.fairness))
-        cached = None  # a plan of another teacher or W is not carried
-    kept = None if cached is None else carried(cached[1], cached[0], state)
-    plan = kept if kept is not None else built[2].decide(state)
+        _PLANS.pop(env, None)  # a plan of another teacher or W is not carried
+    plan = plan_at(state, _PLANS.get(env), built[2].decide)
     _PLANS[env] = (state, plan)
     return plan
 
