@@ -79,7 +79,8 @@ def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
     conditioned = cfg.fairness_range is not None
     urgency = conditioned and cfg.urgency_input
     return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=urgency, slowdown_urgency=urgency,
-                                plan_input=conditioned and cfg.plan_input))
+                                plan_input=conditioned and cfg.plan_input,
+                                plan_bias_by_fairness=conditioned and cfg.plan_input and cfg.plan_bias_by_fairness))
 
 
 def _attentive_defaults() -> dict[str, Any]:

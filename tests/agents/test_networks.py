@@ -238,3 +238,32 @@ def test_a_plan_reading_network_starts_at_its_teachers_choice():
     assert (marked[obs["action_mask"] == 0] == base[obs["action_mask"] == 0]).all()  # masks do not move
     plain = AttentiveNet.from_spec({"d_model": 32, "heads": 2, "layers": 1, "ff_mult": 2, "fairness_input": True})
     assert plain.job_agent.plan_in is None and not plain.cfg.plan_input
+
+
+@pytest.mark.parametrize("w", [0.0, 0.25, 1.0])
+def test_a_plan_bias_scaled_by_fairness_is_w_times_the_prior(w):
+    """With `plan_bias_by_fairness` the plan's mark moves a job's log-odds by W x
+    `PLAN_PRIOR`: nothing at W = 0 (the network decides alone), the whole prior at W = 1.
+    It needs the plan input, and a file without the key keeps the same bias at every W."""
+    from attentived.agents.networks import PLAN_PRIOR
+
+    with pytest.raises(ValueError, match="needs plan_input"):
+        NetConfig(fairness_input=True, plan_bias_by_fairness=True)
+    torch.manual_seed(0)
+    net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, plan_input=True,
+                                 plan_bias_by_fairness=True)).eval()
+    assert net.job_agent.plan_in is not None
+    with torch.no_grad():
+        net.job_agent.plan_in.weight.zero_()
+        net.job_agent.plan_in.bias.zero_()
+    obs = {**_obs(B=1, phase=[0]), "fairness": torch.tensor([[w]])}
+    first = torch.zeros(1, 9)
+    first[0, 3] = 1.0
+    with torch.no_grad():
+        base, _ = net({**obs, "plan": torch.zeros(1, 9)})
+        marked, _ = net({**obs, "plan": first})
+    gap = (marked[0, 3] - marked[0, 4]) - (base[0, 3] - base[0, 4])
+    assert float(gap) == pytest.approx(w * PLAN_PRIOR, abs=1e-5)
+    old = AttentiveNet.from_spec({"d_model": 32, "heads": 2, "layers": 1, "ff_mult": 2, "fairness_input": True,
+                                  "plan_input": True})
+    assert not old.cfg.plan_bias_by_fairness
