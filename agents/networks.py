@@ -67,19 +67,20 @@ class NetConfig:
     #: and as a logit bias that starts at `PLAN_PRIOR`, so the network begins at its
     #: teacher's choice. Needs ``fairness_input`` (the plan is the look-ahead's at W).
     plan_input: bool = False
-    #: Whether the plan's logit bias is scaled by W: none at W = 0, where the network decides
-    #: alone (so PPO can find schedules faster than its teacher's, as free students do), the
-    #: whole bias at W = 1, where the teacher's protective schedule is the one to keep. Needs
-    #: ``plan_input``. Model files without the key: a bias of the same weight at every W.
-    plan_bias_by_fairness: bool = False
+    #: Whether the plan's marks are scaled by W, in the token input and the bias alike: at
+    #: W = 0 the network does not see the plan and decides alone (so PPO can find schedules
+    #: faster than its teacher's, as students without the plan did), at W = 1 it reads the
+    #: whole plan, the teacher's protective schedule it replays exactly. Needs
+    #: ``plan_input``. Model files without the key: the same marks at every W.
+    plan_by_fairness: bool = False
 
     def __post_init__(self) -> None:
         if self.urgency_input and not self.fairness_input:
             raise ValueError("urgency_input needs fairness_input (the urgency is read beside W)")
         if self.plan_input and not self.fairness_input:
             raise ValueError("plan_input needs fairness_input (the plan is the look-ahead's at W)")
-        if self.plan_bias_by_fairness and not self.plan_input:
-            raise ValueError("plan_bias_by_fairness needs plan_input (it scales the plan's bias)")
+        if self.plan_by_fairness and not self.plan_input:
+            raise ValueError("plan_by_fairness needs plan_input (it scales the plan's marks)")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,7 +149,7 @@ class JobAgent(nn.Module):
         self.urgency_bias = nn.Parameter(torch.tensor([0.0, URGENCY_PRIOR])) if cfg.urgency_input else None
         self.plan_in = nn.Linear(1, d) if cfg.plan_input else None
         self.plan_bias = nn.Parameter(torch.tensor(PLAN_PRIOR)) if cfg.plan_input else None
-        self.plan_by_fairness = cfg.plan_bias_by_fairness
+        self.plan_by_fairness = cfg.plan_by_fairness
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(d)
         self.query = nn.Linear(d, d)
@@ -184,6 +185,8 @@ class JobAgent(nn.Module):
             if plan is None:
                 raise ValueError("this network takes the look-ahead's plan as an input")
             plan = plan.to(summaries.dtype)
+            if self.plan_by_fairness and fairness is not None:
+                plan = plan * fairness.view(B, 1).to(summaries.dtype)
             marked = self.plan_in(plan.unsqueeze(-1))  # [B, W + 1, d]
             job_tokens, wait_token = job_tokens + marked[:, :W], wait_token + marked[:, W:]
         tokens = torch.cat([summaries, wait_token, job_tokens], dim=1)
@@ -201,8 +204,7 @@ class JobAgent(nn.Module):
                 raise ValueError("the urgency bias needs the jobs that can start (feasible)")
             logits = torch.cat([_reorder(logits[:, :W], bias, feasible & valid), logits[:, W:]], dim=1)
         if plan is not None and self.plan_bias is not None:
-            weight = self.plan_bias * fairness.view(B, 1) if self.plan_by_fairness and fairness is not None else self.plan_bias
-            logits = logits + weight * plan
+            logits = logits + self.plan_bias * plan
         return JobEncoding(tokens[:, S + 1 :], context, logits, attention)
 
 

@@ -73,9 +73,9 @@ class PPOConfig:
     # The job agent also reads the look-ahead's plan at W (NetConfig.plan_input), the one
     # its `look-ahead` teacher labels from (docs/agents.md, "The teacher's plan as an input").
     plan_input: bool = False
-    # The plan's logit bias scaled by W (NetConfig.plan_bias_by_fairness): the network is
-    # free of its teacher's plan at W = 0 and held to it at W = 1.
-    plan_bias_by_fairness: bool = False
+    # The plan's marks scaled by W (NetConfig.plan_by_fairness): the network does not see
+    # its teacher's plan at W = 0 and reads all of it at W = 1.
+    plan_by_fairness: bool = False
     teacher: str = "smallest-gpu-time"  # one of TEACHER_NAMES (training.teacher.TEACHERS)
     # model
     net: NetConfig = field(default_factory=NetConfig)  # attentive
@@ -161,8 +161,8 @@ class PPOConfig:
             raise ValueError("urgency_input needs fairness_range (the urgency is read beside W)")
         if self.plan_input and (self.fairness_range is None or self.agent != "attentive"):
             raise ValueError("plan_input is for the attentive agent with a fairness_range (the plan is the look-ahead's at W)")
-        if self.plan_bias_by_fairness and not self.plan_input:
-            raise ValueError("plan_bias_by_fairness needs plan_input (it scales the plan's bias by W)")
+        if self.plan_by_fairness and not self.plan_input:
+            raise ValueError("plan_by_fairness needs plan_input (it scales the plan's marks by W)")
         if self.bc_fairness < 0 or (self.bc_fairness > 0 and self.fairness_range is None):
             raise ValueError(f"bc_fairness must be 0, or positive with a fairness_range (it weighs by W), got {self.bc_fairness}")
         if self.teacher not in TEACHER_NAMES:

@@ -80,7 +80,7 @@ def _attentive_net(cfg: PPOConfig) -> AttentiveNet:
     urgency = conditioned and cfg.urgency_input
     return AttentiveNet(replace(cfg.net, fairness_input=conditioned, urgency_input=urgency, slowdown_urgency=urgency,
                                 plan_input=conditioned and cfg.plan_input,
-                                plan_bias_by_fairness=conditioned and cfg.plan_input and cfg.plan_bias_by_fairness))
+                                plan_by_fairness=conditioned and cfg.plan_input and cfg.plan_by_fairness))
 
 
 def _attentive_defaults() -> dict[str, Any]:

@@ -241,17 +241,18 @@ def test_a_plan_reading_network_starts_at_its_teachers_choice():
 
 
 @pytest.mark.parametrize("w", [0.0, 0.25, 1.0])
-def test_a_plan_bias_scaled_by_fairness_is_w_times_the_prior(w):
-    """With `plan_bias_by_fairness` the plan's mark moves a job's log-odds by W x
-    `PLAN_PRIOR`: nothing at W = 0 (the network decides alone), the whole prior at W = 1.
-    It needs the plan input, and a file without the key keeps the same bias at every W."""
+def test_a_plan_scaled_by_fairness_is_unseen_at_w_0_and_whole_at_w_1(w):
+    """With `plan_by_fairness` the plan's marks are scaled by W: the bias moves a job's
+    log-odds by W x `PLAN_PRIOR`, and at W = 0 the plan changes no logit at all (token
+    input included: the network decides alone). It needs the plan input, and a file
+    without the key reads the same marks at every W."""
     from attentived.agents.networks import PLAN_PRIOR
 
     with pytest.raises(ValueError, match="needs plan_input"):
-        NetConfig(fairness_input=True, plan_bias_by_fairness=True)
+        NetConfig(fairness_input=True, plan_by_fairness=True)
     torch.manual_seed(0)
     net = AttentiveNet(NetConfig(d_model=32, heads=2, layers=1, fairness_input=True, plan_input=True,
-                                 plan_bias_by_fairness=True)).eval()
+                                 plan_by_fairness=True)).eval()
     assert net.job_agent.plan_in is not None
     with torch.no_grad():
         net.job_agent.plan_in.weight.zero_()
@@ -264,6 +265,12 @@ def test_a_plan_bias_scaled_by_fairness_is_w_times_the_prior(w):
         marked, _ = net({**obs, "plan": first})
     gap = (marked[0, 3] - marked[0, 4]) - (base[0, 3] - base[0, 4])
     assert float(gap) == pytest.approx(w * PLAN_PRIOR, abs=1e-5)
+    with torch.no_grad():
+        net.job_agent.plan_in.weight.normal_()
+        net.job_agent.plan_in.bias.normal_()
+        seen, _ = net({**obs, "plan": first})
+        unseen, _ = net({**obs, "plan": torch.zeros(1, 9)})
+    assert torch.equal(seen, unseen) == (w == 0.0)
     old = AttentiveNet.from_spec({"d_model": 32, "heads": 2, "layers": 1, "ff_mult": 2, "fairness_input": True,
                                   "plan_input": True})
-    assert not old.cfg.plan_bias_by_fairness
+    assert not old.cfg.plan_by_fairness

@@ -136,11 +136,11 @@ def test_the_plan_input_is_for_the_attentive_agent_over_a_range_of_w():
     cfg = PPOConfig(**{**kind_defaults("attentive"), "plan_input": True})
     assert KINDS["attentive"].make_net(cfg).cfg.plan_input
     assert not KINDS["attentive"].make_net(PPOConfig(**kind_defaults("attentive"))).cfg.plan_input
-    with pytest.raises(ValueError, match="plan_bias_by_fairness needs plan_input"):
-        PPOConfig(**{**kind_defaults("attentive"), "plan_bias_by_fairness": True})
-    scaled = PPOConfig(**{**kind_defaults("attentive"), "plan_input": True, "plan_bias_by_fairness": True})
-    assert KINDS["attentive"].make_net(scaled).cfg.plan_bias_by_fairness
-    assert not KINDS["attentive"].make_net(cfg).cfg.plan_bias_by_fairness
+    with pytest.raises(ValueError, match="plan_by_fairness needs plan_input"):
+        PPOConfig(**{**kind_defaults("attentive"), "plan_by_fairness": True})
+    scaled = PPOConfig(**{**kind_defaults("attentive"), "plan_input": True, "plan_by_fairness": True})
+    assert KINDS["attentive"].make_net(scaled).cfg.plan_by_fairness
+    assert not KINDS["attentive"].make_net(cfg).cfg.plan_by_fairness
 
 
 def test_a_leash_that_grows_with_w_needs_w():
