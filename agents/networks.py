@@ -71,7 +71,8 @@ class NetConfig:
     #: W = 0 the network does not see the plan and decides alone (so PPO can find schedules
     #: faster than its teacher's, as students without the plan did), at W = 1 it reads the
     #: whole plan, the teacher's protective schedule it replays exactly. Needs
-    #: ``plan_input``. Model files without the key: the same marks at every W.
+    #: ``plan_input``. Model files without the key: the same marks at every W. Measured
+    #: (docs/agents.md, "A plan held by W"): free and faster at W = 0, `portfolio` from 0.25.
     plan_by_fairness: bool = False
 
     def __post_init__(self) -> None:
