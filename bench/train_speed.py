@@ -5,7 +5,9 @@ environments x 32 steps per update, stepped in two worker processes; the rollout
 forward pass on one torch thread, the update on two; ``--set FIELD=VALUE`` changes one)
 on each curriculum stage in turn (its cluster sizes and queues), for ``--updates`` timed updates after warm-up ones, and reads the wall clock the
 loop itself records per update in ``metrics.csv``: transitions/s = transitions of the
-timed updates / their wall time. The warm-up (building the environments, torch's first
+timed updates / their wall time, split into the rollout (the environments, the teacher and
+the rollout's forward passes) and the update (the PPO epochs); "update alone" is the rate
+the update would allow if collecting cost nothing. The warm-up (building the environments, torch's first
 calls) lasts until each environment is about half-way through an average episode of the
 stage (a job is about two transitions, a job phase and a GPU phase): a step costs more
 as an episode's queue grows, so timing episodes' first steps alone overstated stage 2 by
@@ -64,6 +66,9 @@ def measure(agent: str, updates: int, seed: int, stage: int, settings: dict[str,
     first, last = rows[warmup - 1], rows[-1]
     steps = int(last["global_step"]) - int(first["global_step"])
     wall = float(last["wall_s"]) - float(first["wall_s"])
+    timed = rows[warmup:]
+    rollout = sum(float(r["rollout_s"]) for r in timed)
+    update = sum(float(r["update_s"]) for r in timed)
     return {
         "agent": agent,
         "stage": stage,
@@ -75,6 +80,10 @@ def measure(agent: str, updates: int, seed: int, stage: int, settings: dict[str,
         "transitions": steps,
         "wall_s": round(wall, 2),
         "transitions_per_s": round(steps / wall, 1) if wall > 0 else None,
+        "rollout_s": round(rollout, 2),  # environments, teacher, the rollout's forward passes
+        "update_s": round(update, 2),  # the PPO epochs
+        # the rate if collecting cost nothing: what the update alone allows
+        "update_bound_per_s": round(steps / update, 1) if update > 0 else None,
         "warmup_s": float(first["wall_s"]),
         "run_s": round(total, 1),
         "torch_threads": cfg.torch_threads,
@@ -118,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{'agent':<14}{'stage':>6}{'nodes':>12}{'timed updates':>15}{'transitions':>13}{'wall s':>9}{'transitions/s':>15}")
+    print(f"{'agent':<14}{'stage':>6}{'nodes':>12}{'timed updates':>15}{'transitions':>13}{'wall s':>9}"
+          f"{'rollout s':>11}{'update s':>10}{'transitions/s':>15}{'update alone /s':>17}")
     for st in stages:
         print(f"{st['agent']:<14}{st['stage']:>6}{','.join(map(str, st['nodes'])):>12}{st['updates_timed']:>15}"
-              f"{st['transitions']:>13}{st['wall_s']:>9.1f}{st['transitions_per_s'] or 0:>15.1f}")
+              f"{st['transitions']:>13}{st['wall_s']:>9.1f}{st['rollout_s']:>11.1f}{st['update_s']:>10.1f}"
+              f"{st['transitions_per_s'] or 0:>15.1f}{st['update_bound_per_s'] or 0:>17.1f}")
     print(f"whole curriculum: {rate:.1f} transitions/s; target (issue 14) >= 2,000: {'met' if rate >= 2000 else 'not met'}")
     if a.json:
         print(json.dumps(doc))

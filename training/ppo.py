@@ -53,7 +53,8 @@ updates the optimizer, counters and RNG states go to ``out_dir/checkpoint.pt``;
 derived from the update counter, so a resumed run is itself reproducible; what was logged
 or saved after the checkpoint is put back first, `_rewind`).
 
-Outputs in ``out_dir``: ``metrics.csv`` (one row per update), ``summary.json`` (config,
+Outputs in ``out_dir``: ``metrics.csv`` (one row per update; ``rollout_s`` and ``update_s``
+split its time between collecting and learning), ``summary.json`` (config,
 timings, validation history), ``best.pt`` (best validation score), ``final.pt``, and with
 ``keep_validated`` every validated model in ``validated/``.
 """
@@ -285,6 +286,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 envs.set_episodes(_samplers(cfg, stage, philly, tiresias))
 
             finished: list[dict[str, float]] = []
+            rollout_t0 = time.perf_counter()
             net.eval()
             for step in range(cfg.num_steps):
                 global_step += cfg.num_envs
@@ -323,6 +325,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                 advantages[t] = last
             returns = advantages + values
 
+            update_t0 = time.perf_counter()
             # Flatten the batch and optimize policy and value.
             b_obs = _to_torch({k: v.reshape((-1,) + v.shape[2:]) for k, v in obs_buf.items()}, device)
             b_actions = torch.as_tensor(actions.reshape(-1), device=device)
@@ -368,11 +371,14 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                     break
 
             torch.set_num_threads(cfg.torch_threads)
+            update_s = time.perf_counter() - update_t0
             var_y = float(np.var(returns))
             row: dict[str, Any] = {
                 "update": update,
                 "global_step": global_step,
                 "wall_s": round(wall_before + time.perf_counter() - t0, 1),
+                "rollout_s": round(update_t0 - rollout_t0, 3),  # the environments, the teacher, the rollout's forward passes, GAE
+                "update_s": round(update_s, 3),  # the PPO epochs: forward and backward passes
                 "stage": cfg.curriculum.index(stage),
                 "lr": optimizer.param_groups[0]["lr"],
                 "episodes": len(finished),
@@ -406,7 +412,9 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                                   "meta": validated}
                     save_model(out / "best.pt", net, window=cfg.window, max_candidates=cfg.max_candidates, meta=validated)
             if writer is None:
-                writer = csv.DictWriter(writer_file, fieldnames=list(row))
+                # a resumed run keeps its file's columns (one started by an older version
+                # may lack some), so every row lines up with the header
+                writer = csv.DictWriter(writer_file, fieldnames=_header(metrics_file) or list(row), extrasaction="ignore")
                 if writer_file.tell() == 0:
                     writer.writeheader()
             writer.writerow(row)
@@ -438,6 +446,12 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
                "best_val_score": best, "validation": history, "device": str(device)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return out / "best.pt"
+
+
+def _header(metrics_file: Path) -> list[str]:
+    """The columns of an existing metrics.csv (none for a new or empty one)."""
+    with metrics_file.open(newline="") as f:
+        return next(csv.reader(f), [])
 
 
 def _rewind(out: Path, progress: dict[str, Any], net: Net, cfg: PPOConfig) -> None:

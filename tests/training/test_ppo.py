@@ -59,8 +59,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def _timeless(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """metrics.csv rows without the wall time, the one column two identical runs differ in."""
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    """metrics.csv rows without the times, the columns two identical runs differ in."""
+    return [{k: v for k, v in r.items() if k not in ("wall_s", "rollout_s", "update_s")} for r in rows]
 
 
 def _same_weights(a: LoadedModel, b: LoadedModel) -> bool:
@@ -147,6 +147,36 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1"]
     train(tiny_config(tmp_path), progress=False, resume=True)
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1", "2"]
+
+
+def test_each_row_splits_its_time_between_the_rollout_and_the_update(tmp_path):
+    cfg = tiny_config(tmp_path, total_steps=2 * tiny_config(tmp_path).batch_size)
+    train(cfg, progress=False)
+    rows = _rows(Path(cfg.out_dir) / "metrics.csv")
+    assert len(rows) == 2
+    for r in rows:
+        rollout, update = float(r["rollout_s"]), float(r["update_s"])
+        assert rollout > 0 and update > 0
+    # the second row's wall time covers its rollout and update (and the first row's)
+    assert float(rows[1]["wall_s"]) >= float(rows[1]["rollout_s"]) + float(rows[1]["update_s"]) - 0.1
+
+
+def test_a_resumed_run_keeps_the_columns_its_metrics_file_has(tmp_path):
+    """A run started by a version without some column (here the time split) resumes with
+    its file's header, so every row lines up with it."""
+    cfg = tiny_config(tmp_path, time_budget_s=0.0)
+    train(cfg, progress=False)
+    metrics = Path(cfg.out_dir) / "metrics.csv"
+    old = [{k: v for k, v in r.items() if k not in ("rollout_s", "update_s")} for r in _rows(metrics)]
+    with metrics.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(old[0]))
+        writer.writeheader()
+        writer.writerows(old)
+    train(tiny_config(tmp_path), progress=False, resume=True)
+    with metrics.open(newline="") as f:
+        lines = list(csv.reader(f))
+    assert lines[0] == list(old[0]) and [len(line) for line in lines[1:]] == [len(old[0])] * 2
+    assert [r["update"] for r in _rows(metrics)] == ["1", "2"]
 
 
 def test_a_resumed_run_gets_its_time_budget_afresh(tmp_path):
