@@ -58,9 +58,13 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+SPLIT = ("rollout_s", "update_s")
+"""metrics.csv's split of an update's time between the rollout and the update."""
+
+
 def _timeless(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """metrics.csv rows without the times, the columns two identical runs differ in."""
-    return [{k: v for k, v in r.items() if k not in ("wall_s", "rollout_s", "update_s")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("wall_s", *SPLIT)} for r in rows]
 
 
 def _same_weights(a: LoadedModel, b: LoadedModel) -> bool:
@@ -167,7 +171,7 @@ def test_a_resumed_run_keeps_the_columns_its_metrics_file_has(tmp_path):
     cfg = tiny_config(tmp_path, time_budget_s=0.0)
     train(cfg, progress=False)
     metrics = Path(cfg.out_dir) / "metrics.csv"
-    old = [{k: v for k, v in r.items() if k not in ("rollout_s", "update_s")} for r in _rows(metrics)]
+    old = [{k: v for k, v in r.items() if k not in SPLIT} for r in _rows(metrics)]
     with metrics.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(old[0]))
         writer.writeheader()
