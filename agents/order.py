@@ -237,6 +237,12 @@ class SlurmMultifactor:
     _seen_running: dict[str, tuple[str, int, float]] = field(default_factory=dict, init=False, repr=False,
                                                              compare=False)
 
+    def next_change(self, now: float) -> float:
+        """The first calculation tick after ``now``: the priority order may change there
+        with nothing else happening, and slurmctld's backfill, which runs every pass and
+        not only after an event, acts on it at its next pass (`policy.next_change`)."""
+        return self.calc_offset + (math.floor((now - self.calc_offset) / self.calc_period) + 1) * self.calc_period
+
     def rank(self, state: ClusterState) -> Ranking:
         prio = self.priorities(state)
         return _rank_by(state, -np.array([prio[j.job_id] for j in state.pending]))

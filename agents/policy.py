@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -162,6 +162,21 @@ class Scheduler:
 
     def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState, fit: Fit) -> Hold | None:
         return expected_hold(job, free, state, self.placer, fit)
+
+
+def next_change(policy: Policy, now: float) -> float | None:
+    """When ``policy``'s decisions may next change with no job arriving or ending (after
+    ``now``), or ``None`` for never. A policy or its job chooser says so through an optional
+    ``next_change(now)`` method (Slurm's priority calculation ticks, `SlurmMultifactor`).
+
+    Why: a driver that decides only when a job arrives or ends would act on such a change
+    only at the next event, where slurmctld's backfill, running every pass, acts within a
+    second. The simulator wakes itself there when it models Slurm's passes."""
+    for part in (policy, getattr(policy, "chooser", None)):
+        ask = getattr(part, "next_change", None)
+        if callable(ask):
+            return cast("float | None", ask(now))
+    return None
 
 
 def _in_order(values: np.ndarray, order: Sequence[int] | np.ndarray, state: ClusterState) -> np.ndarray:

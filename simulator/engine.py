@@ -29,7 +29,7 @@ from types import MappingProxyType
 import numpy as np
 
 from attentived.agents.plan import Plan
-from attentived.agents.policy import Policy
+from attentived.agents.policy import Policy, next_change
 from attentived.agents.state import (
     BY_RELEASE,
     ClusterState,
@@ -48,7 +48,7 @@ from .limits import time_limit
 from .trace import TraceJob
 
 _DEADLINE, _JOB_ID = attrgetter("deadline"), attrgetter("job_id")
-_COMPLETION, _ARRIVAL, _PASS = 0, 1, 2  # at one instant, free GPUs before new jobs are seen
+_COMPLETION, _ARRIVAL, _PASS, _WAKE = 0, 1, 2, 3  # at one instant, free GPUs before new jobs are seen
 
 #: Free CPUs and MB of a node whose capacity the cluster does not declare: more than any
 #: job asks, and small enough that sums over a million nodes stay inside int64.
@@ -215,6 +215,9 @@ class Simulation:
     ``cadence`` (seconds, 0: off) makes decisions wait for the scheduler's next pass on a
     grid of that period (at ``phase + k * cadence``), as a live Slurm starts jobs at its
     scheduling passes (``sched_interval``) rather than the instant resources free up.
+    The engine looks at the queue only when a job arrives or ends, and, with a cadence,
+    also when the policy says its decisions may change on their own (`next_change`:
+    Slurm's priority ticks), as slurmctld's backfill looks again at every pass.
 
     ``overhead`` (seconds) is added to every run: what a live start takes beyond the job's
     own run time (launch, epilog), which Slurm's records count in the job's run.
@@ -337,6 +340,18 @@ class Simulation:
         self._decision_times: list[float] = []
         self._pass_at = -math.inf  # the scheduler pass already queued (cadence)
         self.now = 0.0
+        self._queue_wake()
+
+    def _queue_wake(self) -> None:
+        """With Slurm's passes modelled (``cadence``), look again when the policy's decisions
+        may change with no event (`policy.next_change`: Slurm's priority ticks): its backfill
+        runs every pass, so a new priority order acts at the next pass, not at the next job's
+        arrival or end. Without passes the engine decides at events only."""
+        if not self.cadence or self.policy is None:
+            return
+        at = next_change(self.policy, self.now)
+        if at is not None and self.now < at < math.inf:
+            heapq.heappush(self._events, (at, _WAKE, next(self._counter), ""))
 
     def next_decision(self) -> ClusterState | None:
         """Advance the clock to the next instant where some pending job could fit and
@@ -347,6 +362,10 @@ class Simulation:
             while self._events and self._events[0][0] == self.now:
                 _, kind, _, job_id = heapq.heappop(self._events)
                 if kind == _PASS:
+                    continue
+                if kind == _WAKE:
+                    if len(self._records) < len(self.jobs):
+                        self._queue_wake()
                     continue
                 if kind == _ARRIVAL:
                     pj = self._as_pending[self._row[job_id]]

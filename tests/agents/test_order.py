@@ -171,6 +171,17 @@ def test_slurm_ticks_are_counted_not_compared_as_times(lab):
     assert ids(s, m.rank(s)) == ["a", "b"]  # still the tick of 492.3: alice's usage there was 10
 
 
+def test_the_next_change_of_a_policy_is_its_choosers_next_calculation_tick():
+    from attentived.agents.policy import next_change
+    from attentived.agents.registry import make_policy
+
+    assert SlurmMultifactor(calc_period=60, calc_offset=12.3).next_change(100.0) == pytest.approx(132.3)
+    assert SlurmMultifactor(calc_period=60, calc_offset=12.3).next_change(132.3) == pytest.approx(192.3)  # strictly after
+    assert next_change(make_policy("slurm:calc_period=60,calc_offset=12.3"), 0.0) == pytest.approx(12.3)
+    assert next_change(make_policy("slurm-multifactor+first-fit"), 299.0) == pytest.approx(300.0)
+    assert next_change(make_policy("fifo"), 10.0) is None  # an order that changes only with the queue
+
+
 @pytest.mark.parametrize("values", [
     pytest.param(lambda rng: rng.integers(0, 5, 300).astype(float), id="many ties"),
     pytest.param(lambda rng: rng.random(300), id="distinct"),

@@ -197,6 +197,29 @@ def test_main_passes_start_the_head_of_the_priority_order_between_the_passes():
             Simulation(jobs, topo, fifo, cadence=cadence, main=MainPasses(offset, fifo))
 
 
+def test_a_priority_tick_is_acted_on_at_the_next_pass_without_waiting_for_an_event():
+    """Slurm's backfill runs every pass, so a new priority order acts within a second of its
+    calculation tick. One 8-GPU node: alice's h (2 GPUs) runs 0-30; carol's r (4 GPUs, to
+    500) and r2 (2 GPUs) run on. alice's a (6 GPUs) and bob's b (2 GPUs, a long limit)
+    arrive at 40 and 41 with equal priority (nobody's usage counted at the tick of 0), so
+    a goes first and is held on h's GPUs and r's, and b may not take h's two. At the tick
+    of 60 bob has the least usage: b goes first and starts on the two free GPUs at the pass
+    of 60.5. Without looking again at the tick, nothing happens until r ends at 500."""
+    topo = uniform(1, 8)
+    jobs = [SimJob(tj("h", 0.0, 30.0, gpus=2), 60.0, "resnet50"),
+            SimJob(tj("r", 0.0, 500.0, gpus=4, user="carol"), 600.0, "resnet50"),
+            SimJob(tj("r2", 0.0, 5000.0, gpus=2, user="carol"), 6000.0, "resnet50"),
+            SimJob(tj("a", 40.0, 100.0, gpus=6), 600.0, "resnet50"),
+            SimJob(tj("b", 41.0, 100.0, gpus=2, user="bob"), 2000.0, "resnet50")]
+    slurm = make_policy("slurm:calc_period=60")
+    recs = {r.job_id: r for r in Simulation(jobs, topo, slurm, cadence=1.0, phase=0.5).run().records}
+    assert recs["b"].start_time == pytest.approx(60.5)
+    assert recs["a"].start_time >= 500.0
+    # without a cadence the engine decides at events only, as before
+    at_events = {r.job_id: r for r in Simulation(jobs, topo, make_policy("slurm:calc_period=60")).run().records}
+    assert at_events["b"].start_time >= 500.0
+
+
 def test_an_overhead_lengthens_every_run():
     topo = uniform(1, 2)
     jobs = [SimJob(tj("a", 0.0, 5.0, gpus=2), 10.0, "resnet50"), SimJob(tj("b", 0.0, 2.0, gpus=2), 10.0, "resnet50")]
