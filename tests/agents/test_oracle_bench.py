@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attentived.agents.plan import Plan
 from attentived.agents.registry import make_policy
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.simulator.engine import SimJob, Simulation
@@ -24,9 +25,10 @@ class Recording:
     needs_oracle = False
 
     def __init__(self) -> None:
-        self.inner, self.name, self.seen = make_policy("fifo"), "recording", []
+        self.inner, self.name = make_policy("fifo"), "recording"
+        self.seen: list[ClusterState] = []
 
-    def decide(self, state):
+    def decide(self, state: ClusterState) -> Plan:
         self.seen.append(state)
         return self.inner.decide(state)
 
