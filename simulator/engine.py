@@ -357,6 +357,8 @@ class Simulation:
         """Advance the clock to the next instant where some pending job could fit and
         return the snapshot a policy decides on; ``None`` once every job has finished."""
         while self._events:
+            if len(self._records) == len(self.jobs):
+                break  # every job is done: what is left is a wake-up, which must not move the clock
             self.now = self._events[0][0]
             finished_any = False
             while self._events and self._events[0][0] == self.now:

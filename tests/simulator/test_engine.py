@@ -215,6 +215,9 @@ def test_a_priority_tick_is_acted_on_at_the_next_pass_without_waiting_for_an_eve
     recs = {r.job_id: r for r in Simulation(jobs, topo, slurm, cadence=1.0, phase=0.5).run().records}
     assert recs["b"].start_time == pytest.approx(60.5)
     assert recs["a"].start_time >= 500.0
+    sim = Simulation(jobs, topo, make_policy("slurm:calc_period=60"), cadence=1.0, phase=0.5)
+    sim.run()
+    assert sim.now == max(r.end_time for r in recs.values())  # the wake-ups after the last end move no clock
     # without a cadence the engine decides at events only, as before
     at_events = {r.job_id: r for r in Simulation(jobs, topo, make_policy("slurm:calc_period=60")).run().records}
     assert at_events["b"].start_time >= 500.0
