@@ -366,8 +366,7 @@ class Simulation:
                 if kind == _PASS:
                     continue
                 if kind == _WAKE:
-                    if len(self._records) < len(self.jobs):
-                        self._queue_wake()
+                    self._queue_wake()  # a wake-up left once every job is done is never reached: see above
                     continue
                 if kind == _ARRIVAL:
                     pj = self._as_pending[self._row[job_id]]

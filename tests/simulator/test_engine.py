@@ -211,12 +211,10 @@ def test_a_priority_tick_is_acted_on_at_the_next_pass_without_waiting_for_an_eve
             SimJob(tj("r2", 0.0, 5000.0, gpus=2, user="carol"), 6000.0, "resnet50"),
             SimJob(tj("a", 40.0, 100.0, gpus=6), 600.0, "resnet50"),
             SimJob(tj("b", 41.0, 100.0, gpus=2, user="bob"), 2000.0, "resnet50")]
-    slurm = make_policy("slurm:calc_period=60")
-    recs = {r.job_id: r for r in Simulation(jobs, topo, slurm, cadence=1.0, phase=0.5).run().records}
+    sim = Simulation(jobs, topo, make_policy("slurm:calc_period=60"), cadence=1.0, phase=0.5)
+    recs = {r.job_id: r for r in sim.run().records}
     assert recs["b"].start_time == pytest.approx(60.5)
     assert recs["a"].start_time >= 500.0
-    sim = Simulation(jobs, topo, make_policy("slurm:calc_period=60"), cadence=1.0, phase=0.5)
-    sim.run()
     assert sim.now == max(r.end_time for r in recs.values())  # the wake-ups after the last end move no clock
     # without a cadence the engine decides at events only, as before
     at_events = {r.job_id: r for r in Simulation(jobs, topo, make_policy("slurm:calc_period=60")).run().records}
