@@ -69,8 +69,15 @@ def main() -> None:
     ap.add_argument("--oracle", action="append", default=[], help="a policy name to run with true durations (repeatable)")
     args, rest = ap.parse_known_args()
     if not args.oracle:
-        raise SystemExit("give at least one --oracle POLICY (e.g. portfolio:fairness=0)")
+        ap.error("give at least one --oracle POLICY (e.g. portfolio:fairness=0)")
     from attentived.agents.registry import make_policy
+    from attentived.agents.spec import BadPolicyName
+
+    for name in args.oracle:  # a bad name is refused before any window is replayed
+        try:
+            make_policy(name, seed=0)
+        except BadPolicyName as e:
+            ap.error(f"--oracle {name}: {e}")
 
     def build(name: str):
         return lambda seed: OracleEstimates(make_policy(name, seed=seed), f"oracle:{name}")

@@ -59,3 +59,15 @@ def test_the_wrapper_refuses_a_run_without_true_durations(bench):
                          pending=[PendingJob("a", "u", 1, 0.0, 60.0)])
     with pytest.raises(ValueError, match="oracle mode"):
         bench.OracleEstimates(make_policy("fifo"), "oracle:fifo").decide(state)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--oracle", "portfolio:fair=2"], "has no parameter 'fair'"),
+    ([], "give at least one --oracle"),
+])
+def test_a_bad_oracle_policy_exits_2_before_any_replay(bench, monkeypatch, capsys, argv, says):
+    monkeypatch.setattr("sys.argv", ["oracle_lookahead.py", *argv, "--windows", "1"])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main()
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err
