@@ -15,12 +15,13 @@ from typing import Any, cast
 from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
 from .metaheuristic import DEFAULT_BUDGET_MS, DEFAULT_MAX_EVALUATIONS
 from .objective import DEFAULT_FAIRNESS, check_fairness, check_protect
+from .one_node import OneNode
 from .policy import Policy, Scheduler
 from .slurm_backfill import SlurmBackfill
 from .spec import BadPolicyName, Parameter, PolicySpec, model_file, parse
 
-__all__ = ["ALL", "LEARNED", "ORDERS", "PLACERS", "PRESETS", "Preset", "UnknownPolicy", "expand", "make_policy",
-           "parameters", "parse_name", "runnable", "unsupported"]
+__all__ = ["ALL", "COMMON_PARAMETERS", "LEARNED", "ORDERS", "PLACERS", "PRESETS", "Preset", "UnknownPolicy", "expand",
+           "make_policy", "own_parameters", "parameters", "parse_name", "runnable", "unsupported"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,10 @@ def _flag(text: str) -> bool:
     return text == "1"
 
 
+ONE_NODE = Parameter(
+    "one_node", "1: a job that fits on one node runs on one node (decided as if it had asked `sbatch -N 1`); jobs that "
+    "fixed their node count or where they may run keep what they asked", "0 or 1", _flag, "0")
+
 EVALUATIONS = Parameter(
     "evaluations", f"cost evaluations of the search per decision; its CPU-time cap ({DEFAULT_BUDGET_MS:g} ms per "
     f"{DEFAULT_MAX_EVALUATIONS}) and patience scale with it. More suits replays, not a live scheduler's budget",
@@ -165,9 +170,19 @@ def _composition(name: str) -> tuple[str, str, bool] | None:
     return parts[0], parts[1], backfill
 
 
+#: What every policy takes besides its own (`own_parameters`).
+COMMON_PARAMETERS: dict[str, Parameter] = {"one_node": ONE_NODE}
+
+
 def parameters(name: str) -> Mapping[str, Parameter] | None:
     """The parameters policy ``name`` (without parameters) takes; ``None`` when no such
     policy exists."""
+    own = own_parameters(name)
+    return None if own is None else {**own, **COMMON_PARAMETERS}
+
+
+def own_parameters(name: str) -> Mapping[str, Parameter] | None:
+    """The parameters policy ``name`` takes besides `COMMON_PARAMETERS`."""
     if name in LEARNED:
         return LEARNED_PARAMETERS[name]
     parts = _composition(name)
@@ -217,6 +232,7 @@ def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
     ``name`` is the canonical spelling (`PolicySpec.name`)."""
     spec = parse_name(text)
     params = spec.kwargs()
+    one_node = params.pop("one_node", False)
     parts = _composition(spec.base)
     if parts is None:  # a learned policy (parse_name refused every other name)
         from .learned import load_learned  # torch is imported only when asked for
@@ -233,6 +249,8 @@ def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
                                    name=spec.base)
         else:
             policy = Scheduler(ORDERS[order](seed, **params), PLACERS[placer](seed), backfill, name=spec.base)
+    if one_node:
+        policy = OneNode(policy, spec.name)
     policy.name = spec.name
     return policy
 

@@ -213,11 +213,11 @@ def topology(
 def policies() -> None:
     """List the policies `--policy` and the daemon's `policy =` accept: presets, learned
     policies, job orders, placers, and the parameters each takes (NAME:KEY=VALUE)."""
-    from attentived.agents.registry import LEARNED, ORDERS, PLACERS, PRESETS, parameters
+    from attentived.agents.registry import COMMON_PARAMETERS, LEARNED, ORDERS, PLACERS, PRESETS, own_parameters
 
     from .render import policy_list
 
-    taking = {n: parameters(n) for n in (*PRESETS, *LEARNED)}
+    taking = {"every policy": COMMON_PARAMETERS, **{n: own_parameters(n) for n in (*PRESETS, *LEARNED)}}
     policy_list(PRESETS, ORDERS, PLACERS, LEARNED, {n: p for n, p in taking.items() if p})
 
 

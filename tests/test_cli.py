@@ -281,7 +281,7 @@ def _policy_args(command: str) -> list[str]:
 @pytest.mark.parametrize("name,words", [
     ("attentive:fairness=2", ["'attentive'", "fairness='2'", "from 0 to 1"]),
     ("attentive:fair=0.5", ["'attentive'", "'fair'", "it takes fairness", "model"]),
-    ("fifo:fairness=0.5", ["'fifo'", "takes no parameters"]),
+    ("fifo:fairness=0.5", ["'fifo'", "no parameter 'fairness'", "one_node"]),
     ("attentive:model=missing.pt", ["'attentive'", "model='missing.pt'", "an existing model file"]),
 ])
 @pytest.mark.parametrize("command", ["replay", "compare", "evaluate"])

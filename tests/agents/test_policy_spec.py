@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attentived.agents.registry import ALL, UnknownPolicy, expand, make_policy, parameters, parse_name
+from attentived.agents.registry import ALL, UnknownPolicy, expand, make_policy, own_parameters, parameters, parse_name
 from attentived.agents.spec import BadPolicyName
 
 
@@ -20,12 +20,14 @@ def test_canonical_names_sort_keys_and_write_numbers_plainly(tmp_path):
 
 
 def test_which_policies_take_which_parameters():
-    assert set(parameters("portfolio")) == {"fairness", "protect"}  # no search, so no evaluations
-    assert set(parameters("annealing")) == {"fairness", "protect", "evaluations"}
-    assert set(parameters("genetic+first-fit+backfill")) == {"fairness", "protect", "evaluations"}  # the order's
-    assert set(parameters("attentive")) == {"fairness", "protect", "model"}
-    assert set(parameters("deeprm")) == {"protect", "model"}
-    assert parameters("sjf+consolidate") == {} and parameters("nope") is None
+    assert set(own_parameters("portfolio")) == {"fairness", "protect"}  # no search, so no evaluations
+    assert set(own_parameters("annealing")) == {"fairness", "protect", "evaluations"}
+    assert set(own_parameters("genetic+first-fit+backfill")) == {"fairness", "protect", "evaluations"}  # the order's
+    assert set(own_parameters("attentive")) == {"fairness", "protect", "model"}
+    assert set(own_parameters("deeprm")) == {"protect", "model"}
+    assert own_parameters("sjf+consolidate") == {} and own_parameters("nope") is None
+    assert set(parameters("sjf+consolidate")) == {"one_node"} and parameters("nope") is None
+    assert set(parameters("attentive")) == {"fairness", "protect", "model", "one_node"}
 
 
 @pytest.mark.parametrize("text,message", [
@@ -34,7 +36,8 @@ def test_which_policies_take_which_parameters():
     ("portfolio:fairness=0.1,fairness=0.2", "fairness given twice"),
     ("portfolio:fairness", "'fairness' is not KEY=VALUE"),
     ("portfolio:speed=3", "policy 'portfolio' has no parameter 'speed'; it takes fairness (a number from 0 to 1), protect"),
-    ("tiresias:fairness=0.5", "policy 'tiresias' takes no parameters"),
+    ("tiresias:fairness=0.5", "policy 'tiresias' has no parameter 'fairness'; it takes one_node (0 or 1)"),
+    ("sjf:one_node=2", "policy 'sjf': one_node='2': must be 0 or 1"),
     ("deeprm:fairness=0.5", "policy 'deeprm' has no parameter 'fairness'; it takes protect"),
     ("annealing:evaluations=0", "policy 'annealing': evaluations='0': must be a whole number >= 1"),
     ("genetic:evaluations=2.5", "must be a whole number >= 1"),

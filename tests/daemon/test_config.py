@@ -36,7 +36,7 @@ def test_defaults_and_full_file(tmp_path):
     ('policy = "fastest"', "policy: unknown policy 'fastest'"),
     ('policy = "attentive:fair=0.5"', "policy: policy 'attentive' has no parameter 'fair'; it takes fairness"),
     ('policy = "attentive:fairness=2"', "policy: policy 'attentive': fairness='2': must be a number from 0 to 1"),
-    ('policy = "fifo:fairness=0.5"', "policy: policy 'fifo' takes no parameters"),
+    ('policy = "fifo:fairness=0.5"', "policy: policy 'fifo' has no parameter 'fairness'; it takes one_node"),
     ('policy = "attentive:model=/nope.pt"', "policy: policy 'attentive': model='/nope.pt': must be an existing model file"),
     ('fallback_policy = "portfolio:fairness=-1"', "fallback_policy: policy 'portfolio': fairness='-1'"),
     ('reservation_prefix = "x y"', "reservation_prefix"),
