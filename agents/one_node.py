@@ -3,10 +3,9 @@
 Why: in the speed model a job split over nodes pays the network on every all-reduce, and
 the split jobs are the long multi-GPU ones. On held-out Philly windows the few 4- and
 8-GPU jobs that policies split ran 1.4-3x longer than on one node and held their GPUs that
-much longer, which cost every policy 5-11% of its avg JCT (docs/results.md, "One node
-for the jobs that fit one"). The look-ahead prices a split itself (`SlowdownTable`), but
-as if the nodes hung off one switch with whole NVLink islands on each, well below what the
-placer's actual splits cost.
+much longer, which cost every policy 6-11% of its avg JCT (docs/results.md, "One node
+for the jobs that fit one"). The look-ahead weighs a split against waiting for a node
+(`SlowdownTable`); the rule takes the choice away from every policy, heuristics included.
 
 The wrapped policy decides on a view of the snapshot in which each such job reads as
 ``sbatch -N 1``, so every part of it (orders, the look-ahead's model, placers, the agents'

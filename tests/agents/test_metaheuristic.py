@@ -306,3 +306,15 @@ def test_the_run_seed_reaches_the_search(name):
     from attentived.agents.registry import make_policy
 
     assert [make_policy(name, seed=s).chooser.seed for s in (0, 4)] == [0, 4]
+
+
+def test_a_split_is_priced_as_a_busy_cluster_makes_it(lab):
+    """Nodes under different switches, each node's share over both NVLink islands: what
+    the placer's splits cost, above the best case of one switch and whole islands."""
+    table = SlowdownTable(lab)
+    speed = table.speed
+    landed = speed.slowdown("cifar10", [0, 4, 1, 5, 16, 20, 17, 21])  # node1 and node3, under two switches
+    best_case = speed.slowdown("cifar10", [0, 1, 2, 3, 8, 9, 10, 11])  # node1 and node2, one switch, one island each
+    assert table.row("cifar10", 8)[2] == pytest.approx(landed)
+    assert landed > 1.3 * best_case
+    assert table.row("cifar10", 8)[1] == 1.0 and len(table.row("cifar10", 8)) == 5  # up to 4 nodes
