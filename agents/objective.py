@@ -243,14 +243,17 @@ def _one_per_switch(topology: Topology) -> list[int]:
     by_switch: dict[int, list[int]] = {}
     for n in sorted(range(len(topology.nodes)), key=lambda n: (-caps[n], n)):
         by_switch.setdefault(int(topology.node_switch[n]), []).append(n)
-    columns = [by_switch[s] for s in sorted(by_switch)]
-    return [col[i] for i in range(max(map(len, columns))) for col in columns if i < len(col)]
+    return _in_turn([by_switch[s] for s in sorted(by_switch)])
 
 
 def _across_islands(topology: Topology, node: int) -> list[int]:
     """Node ``node``'s GPUs taking one from each NVLink island in turn."""
-    islands = [topology.island_gpus[i].tolist() for i in topology.node_islands[node]]
-    return [isl[i] for i in range(max(map(len, islands))) for isl in islands if i < len(isl)]
+    return _in_turn([topology.island_gpus[i].tolist() for i in topology.node_islands[node]])
+
+
+def _in_turn(groups: list[list[int]]) -> list[int]:
+    """The first of each group, then the second of each, and so on."""
+    return [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
 
 
 class LookAhead:

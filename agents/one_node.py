@@ -52,8 +52,7 @@ class OneNode:
         """``state`` with the jobs that fit one node shown as ``-N 1`` jobs."""
         widest = int(np.diff(state.topology.node_first_gpu).max())
         gpus = state.queue.gpus
-        rows = np.flatnonzero((gpus > 1) & (gpus <= widest))
-        if not len(rows):
+        if not ((gpus > 1) & (gpus <= widest)).any():
             return state
         pending = state.pending
         if len(self._shaped) > 2 * len(pending) + 1024:  # a daemon sees jobs come and go for months
