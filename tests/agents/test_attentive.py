@@ -225,13 +225,19 @@ def test_whatever_candidate_the_gpu_agent_picks_the_job_is_not_split(lab, k):
 
 
 @pytest.mark.skipif(not default_model_path("attentive").exists(), reason="shipped model not built yet")
-def test_shipped_model_places_the_split_cases_tightly(lab):
+def test_shipped_model_never_splits_the_split_cases(lab):
+    # The model may hold a job for a tighter placement than the free GPUs give now (a WAIT
+    # for a packed placement is one `behind_wait` keeps): the shipped one, at the default
+    # W, holds the 3-GPU job that would span two islands. What it starts is never split.
     pol = load_learned("attentive")
+    started = 0
     for name, s, level in split_cases(lab):
         plan = pol.decide(s)
         _check_plan(plan, s)
-        (start,) = [st for st in plan.starts if st.job_id == s.pending[0].job_id]
-        assert tight(lab, start.gpus, level), (name, start.gpus)
+        for start in [st for st in plan.starts if st.job_id == s.pending[0].job_id]:
+            assert tight(lab, start.gpus, level), (name, start.gpus)
+            started += 1
+    assert started >= 2  # and it does start most of them: a model that started none would pass vacuously
     four = pol.decide(split_cases(lab)[0][1])
     assert dict((st.job_id, st.gpus) for st in four.starts)["four"] == (12, 13, 14, 15)
 
@@ -247,8 +253,8 @@ def _crowd(topo, n_jobs: int, busy_share: float, seed: int):
 
 
 def _reference_starts(pol: AttentivePolicy, state) -> list:
-    """Starts as the loop decided them before encodings were reused: the queue encoded
-    again after every start."""
+    """The network's starts as the loop decided them before encodings were reused: the queue
+    encoded again after every start, up to the first WAIT."""
     from attentived.agents.features import Context
     from attentived.agents.two_phase import _started
 
@@ -273,7 +279,11 @@ def test_up_to_1024_gpus_every_start_is_decided_on_a_fresh_encoding():
         s = _crowd(topo, 60, 0.6, seed)
         plan = pol.decide(s)
         assert len(plan.starts) >= 3
-        assert [(st.job_id, st.gpus) for st in plan.starts] == _reference_starts(pol, s)
+        reference, starts = _reference_starts(pol, s), [(st.job_id, st.gpus) for st in plan.starts]
+        assert starts[: len(reference)] == reference
+        # after a WAIT the jobs that lose nothing start behind it (agents.behind_wait), which
+        # the network does not decide
+        assert len(starts) == len(reference) or plan.waited
 
 
 def test_on_a_large_cluster_one_encoding_serves_several_starts_and_plans_stay_legal():

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -164,10 +166,10 @@ def test_the_fairness_setting_is_a_parameter_of_a_conditioned_model_only(tmp_pat
 
 
 def test_a_model_reads_the_urgency_it_was_trained_on(tmp_path):
-    """The shipped model was trained when the urgency weighed users by their wait alone;
-    it is fed that, while models trained now (`training.kinds`) read the larger of the
-    wait and slowdown ratios. On a state where the two differ, each policy's view holds
-    its own definition."""
+    """Models trained before 2026-12-02 evening (the model shipped until 2026-12-06 among
+    them) weighed users by their wait alone and are fed that, while models trained now
+    (`training.kinds`, the shipped one) read the larger of the wait and slowdown ratios.
+    On a state where the two differ, each policy's view holds its own definition."""
     from attentived.agents.features import Context, job_urgency
     from attentived.agents.learned import default_model_path
     from attentived.topology import uniform
@@ -183,10 +185,13 @@ def test_a_model_reads_the_urgency_it_was_trained_on(tmp_path):
     path = save_model(tmp_path / "now.pt", trained_now, window=16, max_candidates=6, meta={})
     now = load_learned("attentive", path)
     assert now.encoder.jobs(ctx).urgency[:2] == pytest.approx(either)
+    before = AttentiveNet(replace(trained_now.cfg, slowdown_urgency=False))
+    earlier = load_learned("attentive", save_model(tmp_path / "before.pt", before, window=16, max_candidates=6, meta={}))
+    assert earlier.encoder.jobs(ctx).urgency[:2] == pytest.approx(wait_only)
     if default_model_path("attentive").exists():
         shipped = load_learned("attentive")
-        assert shipped.net.cfg.urgency_input and not shipped.net.cfg.slowdown_urgency
-        assert shipped.encoder.jobs(ctx).urgency[:2] == pytest.approx(wait_only)
+        assert shipped.net.cfg.urgency_input and shipped.net.cfg.slowdown_urgency
+        assert shipped.encoder.jobs(ctx).urgency[:2] == pytest.approx(either)
 
 
 def test_a_plan_reading_model_reads_the_look_aheads_plan_at_its_own_w(tmp_path):

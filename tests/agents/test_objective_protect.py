@@ -15,6 +15,7 @@ from attentived.agents.fit import Fit
 from attentived.agents.genetic import Genetic
 from attentived.agents.learned import load_learned
 from attentived.agents.metaheuristic import Portfolio
+from attentived.agents.networks import JobEncoding
 from attentived.agents.objective import LookAhead, SlowdownTable, Weights
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
@@ -101,14 +102,27 @@ def test_protect_is_a_parameter_of_the_look_ahead_policies_only():
 
 def agent(protect=None):
     if protect is None:
-        return load_learned("attentive")  # the shipped model (it starts jobs), protect off by default
+        return load_learned("attentive")  # the shipped model, protect off by default
     return load_learned("attentive", protect=protect)
+
+
+def never_waits(pol):
+    """``pol`` with its job agent's WAIT logit pushed far down: a network that starts a job
+    whenever one fits (the shipped model holds the GPU for Sue on its own)."""
+
+    def no_wait(_module, _inputs, enc: JobEncoding) -> JobEncoding:
+        logits = enc.logits.clone()
+        logits[:, -1] = -1e6
+        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
+
+    pol.net.job_agent.register_forward_hook(no_wait)
+    return pol
 
 
 def test_the_agent_keeps_the_free_gpu_for_a_protected_job(lab):
     s = one_gpu_free(lab)
-    assert [st.job_id for st in agent().decide(s).starts] == ["bob0"]  # off: the network fills the GPU
-    plan = agent(protect=3.0).decide(s)
+    assert [st.job_id for st in never_waits(agent()).decide(s).starts] == ["bob0"]  # off: the network fills the GPU
+    plan = never_waits(agent(protect=3.0)).decide(s)
     assert plan.starts == () and [h.job_id for h in plan.holds] == ["sue"] and plan.order[0] == "sue"
     assert set(plan.holds[0].gpus) >= {0}  # the free GPU is among those kept
     assert sorted(plan.order) == sorted(j.job_id for j in s.pending)

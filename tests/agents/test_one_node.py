@@ -55,5 +55,8 @@ def test_only_an_agent_explains_and_it_explains_the_view(lab):
     assert not hasattr(make_policy("fifo:one_node=1"), "explain")
     s = make_state(lab, [job("four", 4), job("one", 1, submit=1.0)], running=[_fragmented(lab)])
     agent = make_policy("attentive:one_node=1")
-    assert agent.explain(s, k=2).job_id is not None
+    # the 4-GPU job fits only split (3 + 1): an option of the plain agent, none of the view's
+    assert "four" in [o.job_id for o in make_policy("attentive").explain(s, k=3).top_jobs]
+    options = [o.job_id for o in agent.explain(s, k=3).top_jobs]
+    assert "one" in options and "four" not in options
     assert agent.name == "attentive:one_node=1" and agent.needs_oracle is False
