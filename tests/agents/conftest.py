@@ -94,4 +94,19 @@ def lab():
     return uniform(4, 8, nodes_per_switch=2)
 
 
-__all__ = ["make_state", "job", "capacity", "split_cases", "tight", "RunningJob", "UserStats"]
+def steer_job_agent(pol, logits: dict[int, float]):
+    """``pol`` with its job agent's logits at these window slots (-1: WAIT) set to these
+    values on every call: a network that ranks as a test needs, whatever its weights."""
+    from attentived.agents.networks import JobEncoding
+
+    def steer(_module, _inputs, enc: JobEncoding) -> JobEncoding:
+        out = enc.logits.clone()
+        for slot, value in logits.items():
+            out[:, slot] = value
+        return JobEncoding(enc.jobs, enc.context, out, enc.attention)
+
+    pol.net.job_agent.register_forward_hook(steer)
+    return pol
+
+
+__all__ = ["make_state", "job", "capacity", "split_cases", "steer_job_agent", "tight", "RunningJob", "UserStats"]

@@ -7,7 +7,7 @@ import torch
 from attentived.agents.attentive import AttentivePolicy
 from attentived.agents.behind_wait import fill_behind_wait
 from attentived.agents.learned import default_model_path, load_learned
-from attentived.agents.networks import AttentiveNet, JobEncoding, NetConfig
+from attentived.agents.networks import AttentiveNet, NetConfig
 from attentived.agents.plan import Plan, Start
 from attentived.agents.policy import Policy
 from attentived.agents.state import PendingJob
@@ -15,7 +15,7 @@ from attentived.simulator.engine import SimJob, Simulation
 from attentived.simulator.trace import TraceJob
 from attentived.topology import uniform
 
-from .conftest import RunningJob, job, make_state, split_cases, tight
+from .conftest import RunningJob, job, make_state, split_cases, steer_job_agent, tight
 
 
 def _policy(seed: int = 0, **kwargs) -> AttentivePolicy:
@@ -43,20 +43,9 @@ def test_is_a_policy_and_plans_are_legal(lab):
     _check_plan(pol.decide(s), s)
 
 
-def _always_wait(pol: AttentivePolicy) -> None:
-    """Make the job agent rank WAIT far above every job."""
-
-    def wait_first(_module, _inputs, enc: JobEncoding) -> JobEncoding:
-        logits = enc.logits.clone()
-        logits[:, -1] = 1e6
-        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
-
-    pol.net.job_agent.register_forward_hook(wait_first)
-
-
 def test_wait_is_impossible_on_an_idle_cluster(lab):
     pol = _policy()
-    _always_wait(pol)
+    steer_job_agent(pol, {-1: 1e6})  # WAIT far above every job
     idle = make_state(lab, [job("a", gpus=4), job("b", gpus=8, submit=1, nodes=1)])
     plan = pol.decide(idle)
     assert plan.waited and len(plan.starts) == 2  # it had to start one; the other started behind its WAIT
@@ -69,7 +58,7 @@ def test_wait_is_impossible_on_an_idle_cluster(lab):
 
 def test_waiting_holds_gpus_for_the_blocked_job_it_ranks_first(lab):
     pol = _policy()
-    _always_wait(pol)
+    steer_job_agent(pol, {-1: 1e6})  # WAIT far above every job
     running = [RunningJob(f"r{k}", "x", tuple(range(8 * k, 8 * k + 8)), 0.0, 1000.0, 600.0) for k in range(3)]
     s = make_state(lab, [job("big", gpus=16), job("small", gpus=1, submit=1)], running=running, now=1000.0)
     plan = pol.decide(s)
@@ -82,7 +71,7 @@ def test_behind_a_wait_jobs_that_end_before_the_held_job_can_start_run(lab):
     free GPUs go to the jobs whose limits end by then (consolidated), not to idling; a job
     whose limit runs past the hold, or that has none, still waits; the hold stands."""
     pol = _policy()
-    _always_wait(pol)
+    steer_job_agent(pol, {-1: 1e6})  # WAIT far above every job
     running = [RunningJob("long", "x", tuple(range(8)), 0.0, 1000.0, 36_000.0)]
     pending = [job("big", gpus=32), job("short", gpus=4, submit=1, limit=3600.0),
                job("past", gpus=2, submit=2, limit=40_000.0), job("unlimited", gpus=1, submit=3, limit=None),
@@ -112,7 +101,7 @@ def test_a_wait_with_nothing_blocked_keeps_only_spread_placements_waiting(lab):
     2-GPU jobs start, each on one island; the 4-GPU job, whose only placement now spans two
     islands, keeps waiting for a packed one (what a WAIT may be for)."""
     pol = _policy()
-    _always_wait(pol)
+    steer_job_agent(pol, {-1: 1e6})  # WAIT far above every job
     free = {g for island in range(8) for g in (4 * island + 2, 4 * island + 3)}
     running = [RunningJob("r", "x", tuple(g for g in range(32) if g not in free), 0.0, 1000.0, 3600.0)]
     s = make_state(lab, [job("four", gpus=4), job("two", gpus=2, submit=1), job("two-b", gpus=2, submit=2)],
@@ -189,17 +178,6 @@ def test_shipped_model_loads_and_decides(lab):
     assert np.all([len(st.gpus) for st in plan.starts])
 
 
-def _oldest_first(pol: AttentivePolicy) -> None:
-    """Make the job agent pick window slot 0 (the oldest job) while it can start."""
-
-    def oldest(_module, _inputs, enc: JobEncoding) -> JobEncoding:
-        logits = enc.logits.clone()
-        logits[:, 0] = 1e6
-        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
-
-    pol.net.job_agent.register_forward_hook(oldest)
-
-
 def _gpu_agent_prefers(pol: AttentivePolicy, k: int) -> None:
     """Make the GPU agent score candidate ``k`` far above the others (when it is valid)."""
 
@@ -216,7 +194,7 @@ def _gpu_agent_prefers(pol: AttentivePolicy, k: int) -> None:
 def test_whatever_candidate_the_gpu_agent_picks_the_job_is_not_split(lab, k):
     # Issue 13, item 10: candidates come only from the tightest level the free GPUs allow.
     pol = _policy()
-    _oldest_first(pol)
+    steer_job_agent(pol, {0: 1e6})  # slot 0, the oldest job, while it can start
     _gpu_agent_prefers(pol, k)
     for name, s, level in split_cases(lab):
         first = s.pending[0].job_id
@@ -315,14 +293,7 @@ def test_a_plan_reading_model_waits_with_the_look_aheads_hold(lab):
     pol = AttentivePolicy(net, fairness=1.0, window=16, max_candidates=6)
     other = next(j.job_id for j in s.pending if j.job_id != wanted.job_id)
     slot = [j.job_id for j in s.pending].index(other)  # three jobs: the window is the queue in order
-
-    def other_first_then_wait(_module, _inputs, enc: JobEncoding) -> JobEncoding:
-        logits = enc.logits.clone()
-        logits[:, slot] = 1e5
-        logits[:, -1] = 1e6
-        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
-
-    pol.net.job_agent.register_forward_hook(other_first_then_wait)
+    steer_job_agent(pol, {slot: 1e5, -1: 1e6})  # WAIT, then the other job first
     plan = pol.decide(s)
     assert plan.order[0] == other  # the network's ranking
     assert plan.holds == (wanted,)  # the look-ahead's hold

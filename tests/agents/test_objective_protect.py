@@ -15,7 +15,6 @@ from attentived.agents.fit import Fit
 from attentived.agents.genetic import Genetic
 from attentived.agents.learned import load_learned
 from attentived.agents.metaheuristic import Portfolio
-from attentived.agents.networks import JobEncoding
 from attentived.agents.objective import LookAhead, SlowdownTable, Weights
 from attentived.agents.placement import Consolidate
 from attentived.agents.policy import Scheduler
@@ -23,7 +22,7 @@ from attentived.agents.registry import make_policy, parse_name
 from attentived.agents.spec import BadPolicyName
 from attentived.agents.state import RunningJob, UserStats
 
-from .conftest import capacity, job, make_state
+from .conftest import capacity, job, make_state, steer_job_agent
 
 ALL_CHOOSERS = (Genetic, Annealing, Portfolio)
 
@@ -109,14 +108,7 @@ def agent(protect=None):
 def never_waits(pol):
     """``pol`` with its job agent's WAIT logit pushed far down: a network that starts a job
     whenever one fits (the shipped model holds the GPU for Sue on its own)."""
-
-    def no_wait(_module, _inputs, enc: JobEncoding) -> JobEncoding:
-        logits = enc.logits.clone()
-        logits[:, -1] = -1e6
-        return JobEncoding(enc.jobs, enc.context, logits, enc.attention)
-
-    pol.net.job_agent.register_forward_hook(no_wait)
-    return pol
+    return steer_job_agent(pol, {-1: -1e6})
 
 
 def test_the_agent_keeps_the_free_gpu_for_a_protected_job(lab):
