@@ -11,7 +11,7 @@ no longer meant. So the daemon keeps last cycle's placement when it is still as 
   free now, not taken by another start of this plan, and the job may use them (CPUs,
   memory, type, features: ``agents.fit``);
 - a **hold** keeps last cycle's GPUs when they are not needed by this plan's starts or other
-  holds and are expected back no more than ``margin`` seconds after the new choice.
+  holds (as kept, or as planned when not yet looked at) and are expected back no more than ``margin`` seconds after the new choice.
 
 The plan's order and its choice of *which* jobs start are never changed, only where.
 """
@@ -64,11 +64,12 @@ def stabilize(plan: Plan, state: ClusterState, previous: Mapping[str, tuple[int,
         free[list(old)] = False
         starts[i] = Start(s.job_id, tuple(old))
     holds = []
-    held: set[int] = set()
-    for h in plan.holds:
+    held: set[int] = set()  # the GPUs of the holds kept so far, where they ended up
+    for k, h in enumerate(plan.holds):
         old = previous.get(h.job_id)
+        later = {g for other in plan.holds[k + 1:] for g in other.gpus}
         if (old is not None and len(old) == len(h.gpus) and tuple(sorted(old)) != tuple(sorted(h.gpus))
-                and not (set(old) & (taken | held)) and h.job_id in jobs
+                and not (set(old) & (taken | held | later)) and h.job_id in jobs
                 and _shaped_like(state, jobs[h.job_id].num_nodes, old) and _allowed(state, jobs[h.job_id], old)):
             back = _expected_back(state, old)
             if back is not None and back <= h.expected_start + margin:
