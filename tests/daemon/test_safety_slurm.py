@@ -275,17 +275,25 @@ def test_plans_are_stable_and_sigterm_leaves_no_pin(clean_lab, tmp_path):
     assert pinned, ("the daemon pinned nothing", err[-3000:])
     assert proc.returncode == 0, err[-2000:]
     assert pins(lab) == {} and exclusions(lab) == {}, "pins left after SIGTERM"
-    moves: dict[str, list[tuple[str, ...]]] = {}
-    cycles = 0
+    # A learned order may cross once as the waits grow (measured: in 4 of 40 random user
+    # histories within 40 s, never back), and the users' histories here come from the
+    # tests run before this one. So: a pin or hold moves only in a cycle whose order
+    # changed, and never back to where it was; ties between equal GPU sets move nothing.
+    orders: list[tuple[str, ...]] = []
+    moves: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
     for line in err.splitlines():
         try:
             ev = json.loads(line)
         except json.JSONDecodeError:
             continue
         if ev.get("event") == "cycle.plan":
-            cycles += 1
+            orders.append(tuple(ev["order"]))
         if ev.get("event") == "slurm.action" and ev.get("kind") in ("pin", "exclude", "reservation_create", "reservation_update"):
             key = ev.get("job") or ev.get("reservation")
-            moves.setdefault(key, []).append(tuple(ev.get("nodes") or ()))
-    assert cycles >= 10, cycles
-    assert all(len(v) <= 1 for v in moves.values()), moves  # no hold or pin moved twice
+            moves.setdefault(key, []).append((len(orders) - 1, tuple(ev.get("nodes") or ())))
+    assert len(orders) >= 10, len(orders)
+    for key, seen in moves.items():
+        places = [nodes for _, nodes in seen]
+        assert len(set(places)) == len(places), (key, seen, orders)  # never back to where it was
+        for cycle, _nodes in seen[1:]:
+            assert cycle > 0 and orders[cycle] != orders[cycle - 1], (key, seen, orders)  # moved for no reason
