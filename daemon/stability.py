@@ -11,7 +11,8 @@ no longer meant. So the daemon keeps last cycle's placement when it is still as 
   free now, not taken by another start of this plan, and the job may use them (CPUs,
   memory, type, features: ``agents.fit``);
 - a **hold** keeps last cycle's GPUs when they are not needed by this plan's starts or other
-  holds (as kept, or as planned when not yet looked at) and are expected back no more than ``margin`` seconds after the new choice.
+  holds (as kept, or as planned where not kept: two holds that swapped keep their GPUs) and
+  are expected back no more than ``margin`` seconds after the new choice.
 
 The plan's order and its choice of *which* jobs start are never changed, only where.
 """
@@ -63,20 +64,30 @@ def stabilize(plan: Plan, state: ClusterState, previous: Mapping[str, tuple[int,
         free[list(s.gpus)] = True
         free[list(old)] = False
         starts[i] = Start(s.job_id, tuple(old))
-    holds = []
-    held: set[int] = set()  # the GPUs of the holds kept so far, where they ended up
+    kept: dict[int, Hold] = {}  # hold index -> the hold back on last cycle's GPUs
     for k, h in enumerate(plan.holds):
         old = previous.get(h.job_id)
-        later = {g for other in plan.holds[k + 1:] for g in other.gpus}
         if (old is not None and len(old) == len(h.gpus) and tuple(sorted(old)) != tuple(sorted(h.gpus))
-                and not (set(old) & (taken | held | later)) and h.job_id in jobs
+                and not (set(old) & taken) and h.job_id in jobs
                 and _shaped_like(state, jobs[h.job_id].num_nodes, old) and _allowed(state, jobs[h.job_id], old)):
             back = _expected_back(state, old)
             if back is not None and back <= h.expected_start + margin:
-                h = Hold(h.job_id, tuple(old), max(back, state.now))
-        held.update(h.gpus)
-        holds.append(h)
+                kept[k] = Hold(h.job_id, tuple(old), max(back, state.now))
+    holds = _disjoint(plan.holds, kept)
     return replace(plan, starts=tuple(starts), holds=tuple(holds))
+
+
+def _disjoint(planned: tuple[Hold, ...], kept: dict[int, Hold]) -> tuple[Hold, ...]:
+    """The holds, ``kept`` ones on last cycle's GPUs, none sharing a GPU. Last cycle's holds
+    were disjoint and so are this plan's, so a clash is always a kept hold on GPUs another
+    hold is planned on: that one moves as planned (which may free, or clash with, others)."""
+    while True:
+        final = [kept.get(k, h) for k, h in enumerate(planned)]
+        clash = next((k for k in kept if any(set(kept[k].gpus) & set(other.gpus)
+                                             for j, other in enumerate(final) if j != k)), None)
+        if clash is None:
+            return tuple(final)
+        del kept[clash]
 
 
 def _shaped_like(state: ClusterState, num_nodes: int | None, gpus: tuple[int, ...]) -> bool:

@@ -96,9 +96,10 @@ def test_stable_plans_keep_last_cycles_placements():
     assert stabilize(plan, state, busy, margin=60).starts[0].gpus == (8, 9)
 
 
-def test_a_hold_does_not_go_back_to_gpus_a_later_hold_takes():
+def test_a_hold_does_not_go_back_to_gpus_another_hold_takes():
     """Last cycle held A on node1; now A is planned on node0 and B on node1, both back
-    within the margin. Keeping A on node1 would hold node1 twice."""
+    within the margin. Keeping A on node1 would hold node1 twice, unless B goes back to
+    node0, where it was held last cycle."""
     running = [RunningJob(f"r{i}", "root", tuple(range(8 * i, 8 * i + 8)), NOW - 100, NOW - 50, time_limit=100 + i)
                for i in range(4)]
     state = _state([], running, [PendingJob("A", "alice", 8, NOW - 10), PendingJob("B", "bob", 8, NOW - 20)])
@@ -107,6 +108,8 @@ def test_a_hold_does_not_go_back_to_gpus_a_later_hold_takes():
     assert [h.gpus for h in kept.holds] == [tuple(range(8)), tuple(range(8, 16))]
     alone = Plan(order=("A",), holds=plan.holds[:1])  # with node1 not wanted by another hold, A stays
     assert stabilize(alone, state, {"A": tuple(range(8, 16))}, margin=60).holds[0].gpus == tuple(range(8, 16))
+    swapped = stabilize(plan, state, {"A": tuple(range(8, 16)), "B": tuple(range(8))}, margin=60)
+    assert [h.gpus for h in swapped.holds] == [tuple(range(8, 16)), tuple(range(8))]  # a swap moves neither
 
 
 def test_the_hold_chain_holds_the_next_jobs_where_they_would_start():
