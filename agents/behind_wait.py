@@ -22,10 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attentived.topology import Topology
-
 from .fit import Fit
-from .placement import Consolidate
+from .placement import Consolidate, packed
 from .plan import Hold, Plan, Start
 from .policy import expected_hold
 from .state import ClusterState, PendingJob
@@ -80,7 +78,7 @@ def fill_behind_wait(state: ClusterState, ranked: Sequence[PendingJob], hold: Ho
         in_time = hold is not None and job.time_limit is not None and state.now + job.time_limit <= hold.expected_start
         usable = fit.usable(job, free if in_time else free & ~kept)
         gpus = PLACER.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
-        if gpus is None or not (in_time or _packed(state.topology, gpus)):
+        if gpus is None or not (in_time or packed(state.topology, gpus, job.num_nodes)):
             continue
         taken = fit.take(job, gpus)
         free[list(taken)] = False
@@ -88,10 +86,3 @@ def fill_behind_wait(state: ClusterState, ranked: Sequence[PendingJob], hold: Ho
         starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
     return starts
 
-
-def _packed(topo: Topology, gpus: tuple[int, ...]) -> bool:
-    """Whether ``gpus`` touch no more NVLink islands and nodes than the job's size needs
-    on an empty cluster (`Topology.least_spread`)."""
-    islands, nodes, _ = topo.spread(gpus)
-    least_islands, least_nodes, _ = topo.least_spread(len(gpus))
-    return islands <= least_islands and nodes <= least_nodes

@@ -16,6 +16,28 @@ from attentived.topology import Topology
 from .state import ClusterState, PendingJob, free_counts
 
 
+def packed(topo: Topology, gpus: tuple[int, ...], num_nodes: int | None = None) -> bool:
+    """Whether ``gpus`` touch no more NVLink islands and nodes than their count needs on an
+    empty cluster (`Topology.least_spread`); for a job that fixed its node count
+    (``num_nodes``), no more islands than that shape needs on each of its nodes."""
+    islands, nodes, _ = topo.spread(gpus)
+    if num_nodes is not None:
+        return nodes == num_nodes and islands <= num_nodes * topo.least_spread(len(gpus) // num_nodes)[0]
+    least_islands, least_nodes, _ = topo.least_spread(len(gpus))
+    return islands <= least_islands and nodes <= least_nodes
+
+
+def on_fullest_nodes(state: ClusterState, free: np.ndarray, n: int, k: int) -> tuple[int, ...] | None:
+    """``n`` GPUs of ``free`` from the ``k`` nodes with the most of them (their fullest
+    islands first), or ``None`` when those hold fewer: the fewest nodes whatever the
+    switches, where `Consolidate` takes the fewest switches first."""
+    island_free, node_free = _counts(state, free)
+    nodes = np.argsort(-node_free, kind="stable")[:k]
+    if int(node_free[nodes].sum()) < n:
+        return None
+    return _take(state.topology, free, island_free, node_free, nodes.tolist(), None, n)
+
+
 def _counts(state: ClusterState, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`free_counts` of ``free``: the state's own, computed once, when it is its mask."""
     return state.free_counts if free is state.free else free_counts(state.topology, free)

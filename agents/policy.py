@@ -195,7 +195,10 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     future = free.copy()
     n_future = int(np.count_nonzero(future))
     runs = state.running_by_end
-    skip = _releases_short_of(job.num_gpus - n_future, runs) if fit.cpus is None else 0
+    skip = 0
+    if fit.cpus is None:  # a placer that needs more than a count says how many releases are short
+        short = getattr(placer, "releases_short_of", None)
+        skip = short(job, future, runs, state) if short is not None else releases_short_of(job.num_gpus - n_future, runs)
     if skip:
         future[np.fromiter(chain.from_iterable(r.gpus for r in runs[:skip]), np.int64)] = True
         n_future = int(np.count_nonzero(future))
@@ -216,7 +219,7 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     return None
 
 
-def _releases_short_of(need: int, runs: tuple[RunningJob, ...]) -> int:
+def releases_short_of(need: int, runs: tuple[RunningJob, ...]) -> int:
     """How many of ``runs`` (in release order) can end and still leave fewer than ``need``
     more GPUs free, counting only those before the first exclusive one (which gives back
     whole nodes). Without node capacity a release gives back exactly its job's GPUs, so

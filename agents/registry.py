@@ -16,6 +16,7 @@ from .catalog import ORDERS, PLACERS, SEARCH_ORDERS
 from .metaheuristic import DEFAULT_BUDGET_MS, DEFAULT_MAX_EVALUATIONS
 from .objective import DEFAULT_FAIRNESS, check_fairness, check_protect
 from .one_node import OneNode
+from .pack import Pack
 from .policy import Policy, Scheduler
 from .slurm_backfill import SlurmBackfill
 from .spec import BadPolicyName, Parameter, PolicySpec, model_file, parse
@@ -112,6 +113,11 @@ ONE_NODE = Parameter(
     "one_node", "1: a job that fits on one node runs on one node (decided as if it had asked `sbatch -N 1`); jobs that "
     "fixed their node count or where they may run keep what they asked", "0 or 1", _flag, "0")
 
+PACK = Parameter(
+    "pack", "1: start a job only where it is as packed as on an empty cluster (fewest NVLink islands and nodes); the "
+    "first job in the policy's order that cannot is held where it will be, and behind it jobs start packed or when "
+    "they end in time (EASY backfill). Idles GPUs that only spread placements could use", "0 or 1", _flag, "0")
+
 EVALUATIONS = Parameter(
     "evaluations", f"cost evaluations of the search per decision; its CPU-time cap ({DEFAULT_BUDGET_MS:g} ms per "
     f"{DEFAULT_MAX_EVALUATIONS}) and patience scale with it. More suits replays, not a live scheduler's budget",
@@ -171,7 +177,7 @@ def _composition(name: str) -> tuple[str, str, bool] | None:
 
 
 #: What every policy takes besides its own (`own_parameters`).
-COMMON_PARAMETERS: dict[str, Parameter] = {"one_node": ONE_NODE}
+COMMON_PARAMETERS: dict[str, Parameter] = {"one_node": ONE_NODE, "pack": PACK}
 
 
 def parameters(name: str) -> Mapping[str, Parameter] | None:
@@ -233,6 +239,7 @@ def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
     spec = parse_name(text)
     params = spec.kwargs()
     one_node = params.pop("one_node", False)
+    pack = params.pop("pack", False)
     parts = _composition(spec.base)
     if parts is None:  # a learned policy (parse_name refused every other name)
         from .learned import load_learned  # torch is imported only when asked for
@@ -249,6 +256,8 @@ def make_policy(text: str, seed: int = 0, model: str | None = None) -> Policy:
                                    name=spec.base)
         else:
             policy = Scheduler(ORDERS[order](seed, **params), PLACERS[placer](seed), backfill, name=spec.base)
+    if pack:  # inside one_node: packing reads the jobs as one_node shows them
+        policy = Pack(policy, spec.name)
     if one_node:
         policy = OneNode(policy, spec.name)
     policy.name = spec.name

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from attentived.agents.order import Fifo
+from attentived.agents.pack import PackedPlacer
 from attentived.agents.placement import Consolidate, FirstFit
 from attentived.agents.policy import Scheduler
 from attentived.agents.registry import ALL, UnknownPolicy, make_policy
@@ -124,6 +125,6 @@ def test_a_hold_that_skips_releases_short_of_the_job_matches_one_release_at_a_ti
                                   exclusive=bool(rng.random() < 0.1)))
         at += n
     s = make_state(topo, [job(f"p{g}", gpus=g, nodes=2 if g == 16 else None) for g in (1, 4, 8, 16, 24)], running=running)
-    for placer in (Consolidate(), FirstFit()):
+    for placer in (Consolidate(), FirstFit(), PackedPlacer()):  # the packed one skips by a binary search
         for j in s.pending:
             assert expected_hold(j, s.free, s, placer) == _hold_one_release_at_a_time(j, s.free, s, placer)

@@ -26,8 +26,8 @@ def test_which_policies_take_which_parameters():
     assert set(own_parameters("attentive")) == {"fairness", "protect", "model"}
     assert set(own_parameters("deeprm")) == {"protect", "model"}
     assert own_parameters("sjf+consolidate") == {} and own_parameters("nope") is None
-    assert set(parameters("sjf+consolidate")) == {"one_node"} and parameters("nope") is None
-    assert set(parameters("attentive")) == {"fairness", "protect", "model", "one_node"}
+    assert set(parameters("sjf+consolidate")) == {"one_node", "pack"} and parameters("nope") is None
+    assert set(parameters("attentive")) == {"fairness", "protect", "model", "one_node", "pack"}
 
 
 @pytest.mark.parametrize("text,message", [
@@ -36,8 +36,9 @@ def test_which_policies_take_which_parameters():
     ("portfolio:fairness=0.1,fairness=0.2", "fairness given twice"),
     ("portfolio:fairness", "'fairness' is not KEY=VALUE"),
     ("portfolio:speed=3", "policy 'portfolio' has no parameter 'speed'; it takes fairness (a number from 0 to 1), protect"),
-    ("tiresias:fairness=0.5", "policy 'tiresias' has no parameter 'fairness'; it takes one_node (0 or 1)"),
+    ("tiresias:fairness=0.5", "policy 'tiresias' has no parameter 'fairness'; it takes one_node (0 or 1), pack (0 or 1)"),
     ("sjf:one_node=2", "policy 'sjf': one_node='2': must be 0 or 1"),
+    ("sjf:pack=yes", "policy 'sjf': pack='yes': must be 0 or 1"),
     ("deeprm:fairness=0.5", "policy 'deeprm' has no parameter 'fairness'; it takes protect"),
     ("annealing:evaluations=0", "policy 'annealing': evaluations='0': must be a whole number >= 1"),
     ("genetic:evaluations=2.5", "must be a whole number >= 1"),
