@@ -31,9 +31,9 @@ DEFAULT_CURRICULUM = (
 )
 
 
-TEACHER_NAMES = ("smallest-gpu-time", "look-ahead")
+TEACHER_NAMES = ("smallest-gpu-time", "look-ahead", "look-ahead-packed")
 """The teachers `training.teacher.TEACHERS` builds: a heuristic, or the look-ahead at each
-episode's fairness setting W (expert iteration)."""
+episode's fairness setting W (expert iteration), its starts as planned or packed."""
 
 
 @dataclass(frozen=True)
