@@ -151,3 +151,23 @@ def test_a_leash_that_grows_with_w_needs_w():
     with pytest.raises(ValueError, match="bc_fairness"):
         PPOConfig(**{**kind_defaults("attentive"), "bc_fairness": -0.5})
     assert PPOConfig(**{**kind_defaults("attentive"), "bc_fairness": 1.8}).bc_fairness == 1.8
+
+
+def test_the_packed_teacher_holds_a_job_the_look_ahead_would_start_spread():
+    import numpy as np
+
+    from attentived.agents.placement import packed
+    from attentived.agents.state import ClusterState, PendingJob, RunningJob
+    from attentived.topology import uniform
+    from attentived.training.teacher import TEACHERS
+
+    topo = uniform(4, 8, nodes_per_switch=2)
+    busy = RunningJob("r", "x", tuple(g for g in range(32) if g not in (2, 3, 6, 7)), 0.0, 0.0, 600.0)
+    free = np.ones(32, dtype=bool)
+    free[list(busy.gpus)] = False
+    state = ClusterState(now=0.0, topology=topo, free=free, pending=(PendingJob("four", "alice", 4, 0.0, 3600.0),),
+                         running=(busy,))
+    (spread,) = TEACHERS["look-ahead"](0.75).decide(state).starts
+    assert not packed(topo, spread.gpus)  # two islands of node1
+    plan = TEACHERS["look-ahead-packed"](0.75).decide(state)
+    assert plan.starts == () and [h.job_id for h in plan.holds] == ["four"] and packed(topo, plan.holds[0].gpus)
