@@ -9,7 +9,8 @@ allows), with the shipped attentive model:
   ``--pending`` pending jobs with the Philly mix of sizes and limits, 12 users
   (`bench/agents_latency.py`'s ``random_state``). Target p99 < 50 ms.
 * ``plan``: the whole plan (``decide``) on such snapshots: every job the agents start at
-  that instant, plus the ranking and the hold. Target p99 < 1,000 ms.
+  that instant, plus the ranking and the hold. Target p99 < 1,000 ms. The same for
+  ``sjf+consolidate`` with and without ``pack=1`` (``other_plan_ms``).
 * ``cycle``: the daemon's whole cycle (snapshot, decide, apply) against stand-in Slurm
   commands that serve JSON of that size in the recorded fixtures' shapes, for Slurm
   22.05 and 24.11 (`bench/slurm_scale.py`). Target p99 < 5 s.
@@ -86,7 +87,26 @@ def measure_agents(gpus: int, pending: int, states: int, plans: int, seed: int) 
         plan_ms.append((time.perf_counter() - t0) * 1e3)
         starts.append(len(plan.starts))
     return {"choose_ms": stats(choose_ms), "plan_ms": stats(plan_ms), "starts_per_plan": float(np.mean(starts)),
-            "snapshot_build_s": built / max(states, plans)}
+            "snapshot_build_s": built / max(states, plans),
+            "other_plan_ms": {name: time_plans(name, snapshots[:plans]) for name in OTHER_POLICIES}}
+
+
+OTHER_POLICIES = ("sjf+consolidate", "sjf+consolidate:pack=1")
+"""Plans of other policies on the same snapshots: the packing rule walks the queue and
+its hold with a placement per candidate, where a plain heuristic counts GPUs."""
+
+
+def time_plans(name: str, snapshots: list[Any]) -> dict[str, float]:
+    from attentived.agents.registry import make_policy
+
+    policy = make_policy(name)
+    policy.decide(snapshots[0])
+    ms = []
+    for s in snapshots:
+        t0 = time.perf_counter()
+        policy.decide(s)
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return stats(ms)
 
 
 def main() -> None:
@@ -123,6 +143,8 @@ def main() -> None:
           f"   (target p99 < 50 ms)")
     print(f"{'whole plan (decide)':<28} p50 {agents['plan_ms']['p50']:8.1f} ms   p99 {agents['plan_ms']['p99']:8.1f} ms"
           f"   (target p99 < 1,000 ms; {agents['starts_per_plan']:.0f} starts per plan)")
+    for name, t in agents["other_plan_ms"].items():
+        print(f"{'plan, ' + name:<28} p50 {t['p50']:8.1f} ms   p99 {t['p99']:8.1f} ms   (target p99 < 1,000 ms)")
     if not args.skip_cycle:
         from slurm_scale import measure_cycles
 
