@@ -36,9 +36,10 @@ PLACER = Consolidate()
 
 class Pack:
     """``inner``'s order started by the packing rule (see the module docstring). The
-    order is the inner policy's job chooser's when it has one (heuristics, Slurm's
-    presets), else the order of its plan (learned policies, whose own placements and
-    WAITs the rule replaces)."""
+    order is the inner policy's job chooser's when it has one (heuristics, the
+    look-aheads, Slurm's presets, `proximity-drl`), else the order of its plan (the job
+    agents, whose WAITs the rule replaces). Every policy's placer is replaced by
+    `PackedPlacer`: `proximity-drl:pack=1` is `fifo:pack=1`."""
 
     def __init__(self, inner: Any, name: str) -> None:
         self.inner = inner

@@ -74,8 +74,9 @@ def test_fewest_nodes_beat_one_switch(lab):
 
 
 def test_a_learned_policy_keeps_its_order(lab):
-    s = make_state(lab, [job("a", 4), job("b", 4, submit=1)], running=_two_halves(lab), now=0.0)
-    s = make_state(lab, s.pending, running=[RunningJob("r", "x", tuple(range(4, 32)), 0.0, 0.0, 600.0)], now=0.0)
+    # one island free (0-3): the job the model ranks first takes it, the other is held
+    s = make_state(lab, [job("a", 4), job("b", 4, submit=1)], running=[RunningJob("r", "x", tuple(range(4, 32)), 0.0, 0.0, 600.0)],
+                   now=0.0)
     for first, steer in (("a", {0: 1e6, 1: -1e6}), ("b", {0: -1e6, 1: 1e6})):
         pol = make_policy("attentive:pack=1")
         steer_job_agent(pol.inner, {**steer, -1: -1e6})
