@@ -88,10 +88,11 @@ class PackedPlacer:
         self._up: tuple[np.ndarray, Fit] | None = None
 
     def place(self, job: PendingJob, free: np.ndarray, state: ClusterState) -> tuple[int, ...] | None:
-        gpus = packed_place(job, free, state)
-        if gpus is not None or self.can_pack(job, state):
-            return gpus
-        return PLACER.place(job, free, state)
+        if not _room_to_pack(job, free, state):
+            return None if self.can_pack(job, state) else PLACER.place(job, free, state)
+        gpus = PLACER.place(job, free, state)
+        best = _packed_of(job, gpus, free, state)
+        return best if best is not None or self.can_pack(job, state) else gpus
 
     def releases_short_of(self, job: PendingJob, future: np.ndarray, runs: tuple[RunningJob, ...],
                           state: ClusterState) -> int:
@@ -154,7 +155,13 @@ def packed_place(job: PendingJob, free: np.ndarray, state: ClusterState) -> tupl
     Consolidate's, or when it kept one switch at the cost of more nodes, the fullest nodes'."""
     if not _room_to_pack(job, free, state):
         return None
-    gpus = PLACER.place(job, free, state)
+    return _packed_of(job, PLACER.place(job, free, state), free, state)
+
+
+def _packed_of(job: PendingJob, gpus: tuple[int, ...] | None, free: np.ndarray,
+               state: ClusterState) -> tuple[int, ...] | None:
+    """``gpus`` (Consolidate's placement of ``job`` among ``free``) when packed, else the
+    fullest nodes' when those are, else ``None``."""
     if gpus is None or packed(state.topology, gpus, job.num_nodes):
         return gpus
     if job.num_nodes is None:

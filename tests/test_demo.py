@@ -49,6 +49,7 @@ from attentived.ops.demo.workload import (
     placement_signature,
     slowdown_table,
 )
+from attentived.simulator.engine import JobRecord
 from attentived.simulator.metrics import summarize
 from attentived.topology.speed import SpeedModel
 
@@ -303,6 +304,26 @@ def test_measure_builds_records_from_slurm(v24):
     assert s["avg_wait"] == pytest.approx(1.0)
     assert s == {**summarize(m.records, TOPO.num_gpus), **extra_metrics(m.records, TOPO),
                  "user_mean_wait": s["user_mean_wait"]}
+
+
+def test_a_job_split_more_than_needed_crossed_an_island_node_or_switch_it_did_not_need():
+    def rec(name, gpus):
+        return JobRecord(job_id=name, user="u", num_gpus=len(gpus), model="resnet50", submit_time=0.0,
+                         start_time=0.0, end_time=10.0, ideal_duration=10.0, time_limit=60.0, gpus=gpus)
+
+    records = [
+        rec("one-island", (0, 1, 2, 3)),
+        rec("two-islands", (2, 3, 4, 5)),  # 4 GPUs fit one island
+        rec("one-node", tuple(range(8))),
+        rec("two-nodes-one-switch", (0, 1, 2, 3, 8, 9, 10, 11)),  # 8 GPUs fit one node
+        rec("two-nodes-as-needed", tuple(range(16))),
+        rec("two-switches", tuple(range(8)) + tuple(range(16, 24))),  # 16 GPUs fit one switch
+        rec("single", (5,)),
+    ]
+    m = extra_metrics(records, TOPO)
+    assert m["multi_gpu_jobs"] == 6
+    assert m["split_more_than_needed"] == 3
+    assert m["cross_node"] == 3 and m["cross_switch"] == 1
 
 
 def test_measure_uses_the_jobs_reading_when_squeue_lost_the_indices():

@@ -111,8 +111,10 @@ def measure(squeue_raw: str | bytes, workload: Workload, topo: Topology, t0: flo
 
 def extra_metrics(records: Sequence[JobRecord], topo: Topology) -> dict[str, float]:
     """Beside ``summarize``: the speed model's slowdown of the GPUs each multi-GPU job got
-    (placement quality without timing noise) and how many multi-GPU jobs crossed an island,
-    a node or a switch."""
+    (placement quality without timing noise), how many multi-GPU jobs touched more islands,
+    nodes or leaf switches than on an empty cluster (stricter than `packed`, the rule of
+    ``pack=1``, which leaves switches to Consolidate), and how many crossed a node or a
+    switch."""
     speed = SpeedModel(topo)
     multi = [r for r in records if r.num_gpus > 1 and len(r.gpus) == r.num_gpus]
     slow = [speed.slowdown(r.model, r.gpus) for r in multi]
@@ -120,7 +122,8 @@ def extra_metrics(records: Sequence[JobRecord], topo: Topology) -> dict[str, flo
     return {
         "placement_slowdown": float(np.mean(slow)) if slow else 1.0,
         "multi_gpu_jobs": len(multi),
-        "split_more_than_needed": sum(1 for r, s in zip(multi, spread) if s > topo.least_spread(r.num_gpus)),
+        "split_more_than_needed": sum(1 for r, s in zip(multi, spread)
+                                      if any(a > b for a, b in zip(s, topo.least_spread(r.num_gpus)))),
         "cross_node": sum(1 for s in spread if s[1] > 1),
         "cross_switch": sum(1 for s in spread if s[2] > 1),
     }
