@@ -287,6 +287,31 @@ def test_jobs_and_nodes_changing_between_snapshot_and_apply(tmp_path):
     e.journal.close()
 
 
+def test_a_cluster_file_that_loses_a_node_is_planned_afresh(tmp_path):
+    """Last cycle's placements are GPU ids of the topology before: a plan on node4, then
+    node4 leaves the cluster file, and every cycle after must still plan (it crashed)."""
+    cf = tmp_path / "cluster.toml"
+
+    def write(n):
+        cf.write_text(f'[[nodes]]\nnames = "node[1-{n}]"\nswitch = "sw1"\ngpus = 8\n[switches]\nsw1 = "spine"\n')
+        os.utime(cf, (time.time() + n, time.time() + n))
+
+    write(4)
+    full = [running(f"r{i}", "root", f"node{i}", range(8)) for i in (1, 2, 3)]
+    fake = cluster([pending("7", "alice", 4)], run=[*full, running("r4", "root", "node4", range(4))])
+    cfg = C.Config(partitions=("main",), state_dir=str(tmp_path / "s"), cluster_file=str(cf), metrics_port=0)
+    e = CycleRunner(cfg, backend=fake)
+    assert e.run_cycle().ok and e.topology is not None and e.topology.num_gpus == 32
+    assert "node4" in json.dumps(e.journal.last_plan())  # job 7 planned on node4, the only room
+    write(3)
+    e.reload(cfg)
+    for _ in range(2):
+        r = e.run_cycle()
+        assert r.ok, r.error
+    assert e.topology.num_gpus == 24
+    e.journal.close()
+
+
 @pytest.mark.parametrize("error", ["Invalid job id specified", "Requested nodes are busy",
                                    "Access/permission denied", "Unexpected message received"])
 def test_scontrol_errors_fail_one_action_the_rest_applies(tmp_path, error):
