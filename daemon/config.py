@@ -138,7 +138,11 @@ def load(path: str | os.PathLike[str] | None = None, *, required: bool | None = 
     elif required is None:
         required = True
     p = Path(path)
-    if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as e:  # a directory on the way the daemon's user may not search
+        raise ConfigError(f"{p}: cannot read: {e}") from None
+    if not exists:
         if required:
             raise ConfigError(f"{p}: no such config file")
         return Config()
@@ -210,7 +214,6 @@ def _coerce(key: Key, raw: Any, source: str) -> Any:
 def _check(cfg: Config, source: str) -> None:
     """Checks across keys and those that need more than a type."""
     from attentived.agents.registry import make_policy, parse_name
-    from attentived.agents.spec import BadPolicyName
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,40}", cfg.reservation_prefix):
         raise ConfigError(f"{source}: reservation_prefix: letters, digits, '.', '_' and '-' only (1-41 characters), got {cfg.reservation_prefix!r}")
@@ -233,7 +236,9 @@ def _check(cfg: Config, source: str) -> None:
                                       f"set it in one place")
                 continue
             make_policy(value, seed=cfg.seed)
-        except BadPolicyName as e:
+        except ConfigError:
+            raise
+        except Exception as e:  # BadPolicyName, and a model file named in it that will not load
             raise ConfigError(f"{source}: {name}: {e}") from None
     if not cfg.state_dir:
         raise ConfigError(f"{source}: state_dir: must not be empty")

@@ -184,7 +184,10 @@ class Service:
         """Re-read the config file; keep the old config when the new one is invalid."""
         self.notifier.reloading()
         try:
-            new = cfgmod.load(self.config_path).with_overrides(**self.overrides)
+            # Without --config the file read at start must still be there: a default path
+            # removed (or renamed mid-edit) must not turn into the built-in defaults.
+            required = self.config_path is not None or self.config.source != "(defaults)"
+            new = cfgmod.load(self.config_path, required=required).with_overrides(**self.overrides)
         except cfgmod.ConfigError as e:
             self.log.error("config.reload_rejected", error=str(e), keeping=self.config.source)
             self.metrics.errors.inc(kind="config")

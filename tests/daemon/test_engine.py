@@ -294,7 +294,26 @@ def test_a_bad_policy_parameter_is_refused_on_reload_and_the_old_config_kept(tmp
         conf.write_text(head + f'policy = "{bad}"\n')
         assert svc.reload() is False
         assert svc.config.policy == "sjf+consolidate" and svc.runner.policy_name == "sjf+consolidate"
-    assert svc.metrics.errors.value(kind="config") == 3
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a model")
+    conf.write_text(head + f'policy = "sjf+consolidate"\nfallback_policy = "attentive:model={garbage}"\n')
+    assert svc.reload() is False and svc.config.fallback_policy == "fifo+consolidate"
+    assert svc.metrics.errors.value(kind="config") == 4
     conf.write_text(head + 'policy = "attentive:fairness=0.3"\n')  # the shipped model takes W
     assert svc.reload() is True and svc.runner.policy_name == "attentive:fairness=0.3"
+    svc._close()
+
+
+def test_a_default_config_file_removed_is_refused_on_reload(tmp_path, monkeypatch):
+    """Started without --config, the daemon read the default path: that file gone (or
+    renamed mid-edit) at a reload keeps the config in force, not the built-in defaults."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(f'dry_run = true\npartitions = ["main"]\nstate_dir = "{tmp_path / "state"}"\nmetrics_port = 0\n'
+                    'policy = "sjf+consolidate:pack=1"\n')
+    monkeypatch.setattr(C, "DEFAULT_PATH", str(conf))
+    svc = Service(backend=mix(), runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
+    assert svc.config.source == str(conf) and svc.config.dry_run
+    conf.unlink()
+    assert svc.reload() is False
+    assert svc.config.dry_run and svc.config.policy == "sjf+consolidate:pack=1" and svc.runner.config.dry_run
     svc._close()
