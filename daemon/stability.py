@@ -8,7 +8,8 @@ commands, and a pin that moves just before Slurm starts the job sends it somewhe
 no longer meant. So the daemon keeps last cycle's placement when it is still as good:
 
 - a **start** keeps last cycle's GPUs for the job (started or held there) when they are all
-  free now, not taken by another start of this plan, and the job may use them (CPUs,
+  free now, not taken by another start of this plan (an exclusive one takes its nodes) nor
+  held by one of its holds, and the job may use them beside the plan's other starts (CPUs,
   memory, type, features: ``agents.fit``);
 - a **hold** keeps last cycle's GPUs when they are not needed by this plan's starts or other
   holds (as kept, or as planned where not kept: two holds that swapped keep their GPUs) and
@@ -41,28 +42,34 @@ def stabilize(plan: Plan, state: ClusterState, previous: Mapping[str, tuple[int,
     still as good (see the module docstring)."""
     if not previous:
         return plan
-    jobs = {j.job_id: j for j in state.pending if j.job_id in previous}
+    jobs = {j.job_id: j for j in state.pending}
     starts = list(plan.starts)
-    taken = {g for s in starts for g in s.gpus}
-    fit = Fit.of(state)
+    fit = Fit.of(state)  # every start booked where it starts: a move back must fit beside the others
+    booked = [fit.started(jobs[s.job_id], s.gpus, state.now) for s in starts]
     free = state.free.copy()
-    for s in starts:
-        free[list(s.gpus)] = False
+    for run in booked:
+        free[list(run.gpus)] = False
+    taken = {g for run in booked for g in run.gpus}  # an exclusive start takes its nodes whole
+    held = {g for h in plan.holds for g in h.gpus}  # a start never moves onto a hold's GPUs
     for i, s in enumerate(starts):
         old = previous.get(s.job_id)
-        job = jobs.get(s.job_id)
-        if old is None or job is None or tuple(sorted(old)) == tuple(sorted(s.gpus)) or len(old) != len(s.gpus):
+        job = jobs[s.job_id]
+        if old is None or tuple(sorted(old)) == tuple(sorted(s.gpus)) or len(old) != len(s.gpus):
             continue
-        if any(g in taken and g not in s.gpus for g in old):
+        mine = booked[i].gpus
+        if any(g in held or (g in taken and g not in mine) for g in old):
             continue
+        trial_fit = fit.copy()
+        trial_fit.release(booked[i])
         trial = free.copy()
-        trial[list(s.gpus)] = True
-        if not bool(fit.usable(job, trial)[list(old)].all()) or not _shaped_like(state, job.num_nodes, old):
+        trial[list(mine)] = True
+        if not bool(trial_fit.usable(job, trial)[list(old)].all()) or not _shaped_like(state, job.num_nodes, old):
             continue
-        taken.difference_update(s.gpus)
-        taken.update(old)
-        free[list(s.gpus)] = True
-        free[list(old)] = False
+        taken.difference_update(mine)
+        free[list(mine)] = True
+        fit, booked[i] = trial_fit, trial_fit.started(job, old, state.now)
+        taken.update(booked[i].gpus)
+        free[list(booked[i].gpus)] = False
         starts[i] = Start(s.job_id, tuple(old))
     kept: dict[int, Hold] = {}  # hold index -> the hold back on last cycle's GPUs
     for k, h in enumerate(plan.holds):

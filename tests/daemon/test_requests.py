@@ -4,12 +4,14 @@ pieces that keep plans safe: stable placements, the hold chain, stalls, idle GPU
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from attentived.agents.plan import Hold, Plan, Start
-from attentived.agents.state import ClusterState, PendingJob, RunningJob
+from attentived.agents.registry import make_policy
+from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob
 from attentived.daemon.chain import chain_holds
 from attentived.daemon.idle import IdleWatch
 from attentived.daemon.journal import Journal
@@ -110,6 +112,36 @@ def test_a_hold_does_not_go_back_to_gpus_another_hold_takes():
     assert stabilize(alone, state, {"A": tuple(range(8, 16))}, margin=60).holds[0].gpus == tuple(range(8, 16))
     swapped = stabilize(plan, state, {"A": tuple(range(8, 16)), "B": tuple(range(8))}, margin=60)
     assert [h.gpus for h in swapped.holds] == [tuple(range(8, 16)), tuple(range(8))]  # a swap moves neither
+
+
+def test_a_start_does_not_go_back_onto_a_hold_of_its_plan():
+    """Last cycle A was planned on node0; now H is held on node0 (free when r0 ends) and
+    backfill starts A on node1 so as not to delay H. Back on node0, A would sit in H's hold."""
+    running = [RunningJob("r0", "root", (4, 5, 6, 7), NOW - 100, NOW - 50, time_limit=100),
+               RunningJob("r1", "root", (12, 13, 14, 15), NOW - 100, NOW - 50, time_limit=5000),
+               RunningJob("r2", "root", tuple(range(16, 32)), NOW - 100, NOW - 50, time_limit=5000)]
+    state = _state([0, 1], running,
+                   [PendingJob("H", "bob", 8, NOW - 20, time_limit=3600, num_nodes=1),
+                    PendingJob("A", "alice", 2, NOW - 10, time_limit=3600)])
+    plan = make_policy("fifo+consolidate+backfill").decide(state)
+    assert [h.gpus for h in plan.holds] == [tuple(range(8))] and plan.starts[0].gpus[0] >= 8
+    assert stabilize(plan, state, {"A": (0, 1)}, margin=60).starts == plan.starts
+    assert stabilize(replace(plan, holds=()), state, {"A": (0, 1)}, margin=60).starts[0].gpus == (0, 1)
+
+
+def test_a_start_goes_back_only_where_it_fits_beside_the_other_starts():
+    """B takes 6 of node0's 8 CPUs (or node0 whole); A (4 CPUs) was on node0 last cycle and
+    no longer fits there beside B."""
+    cap = NodeCapacity(cpus=np.array([8, 8]), mem=np.array([10**6] * 2), idle=np.array([True, True]),
+                       gpu_type=("", ""), features=(frozenset(), frozenset()))
+    topo = uniform(2, 8, nodes_per_switch=2)
+    for exclusive, cpus in ((False, 6), (True, 1), (False, 4)):
+        b = PendingJob("B", "bob", 2, NOW - 20, cpus=cpus, exclusive=exclusive)
+        a = PendingJob("A", "alice", 2, NOW - 10, cpus=4)
+        state = ClusterState(now=NOW, topology=topo, free=np.ones(16, bool), pending=(b, a), running=(), nodes=cap)
+        plan = Plan(order=("B", "A"), starts=(Start("B", (0, 1)), Start("A", (8, 9))))
+        back = stabilize(plan, state, {"A": (2, 3)}, margin=60).starts[1].gpus
+        assert back == ((2, 3) if cpus == 4 else (8, 9)), (exclusive, cpus)
 
 
 def test_the_hold_chain_holds_the_next_jobs_where_they_would_start():
