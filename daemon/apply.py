@@ -328,13 +328,19 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         if (attached.pending and attached.reservation in own and in_partitions(attached, built.partitions)
                 and attached.job_id not in left and attach_wanted.get(attached.job_id) != attached.reservation):
             early.append(Action("detach", attached.job_id, reservation=attached.reservation, reason="hold gone or moved"))
-    # pins the daemon set that the plan no longer wants
+    # pins the daemon set that the plan no longer wants (a job now held by exclusion loses its
+    # pin in the same update as it gets the exclusion, so it is never free to start elsewhere)
+    ordered = set(desired.order)
+    unpin_late: set[str] = set()
     for job_id, pin in owned_pins.items():
         job = jobs.get(job_id)
         if job is None or not job.pending or tuple(job.required_nodes) != tuple(pin) or job_id in left:
             continue
         if desired.pins.get(job_id) is None:
-            early.append(Action("unpin", job_id, nodes=tuple(pin), reason="no longer planned to start"))
+            if job_id in desired.exclusions and job_id in ordered:
+                unpin_late.add(job_id)
+            else:
+                early.append(Action("unpin", job_id, nodes=tuple(pin), reason="no longer planned to start"))
     # hold exclusions the daemon set that the plan no longer wants (a job about to be pinned
     # loses its exclusion in the same update, so it is never free to start elsewhere)
     unexclude_late: set[str] = set()
@@ -412,6 +418,8 @@ def plan_actions(desired: Desired, built: Built, settings: Settings, owned_pins:
         wanted_pin = desired.pins.get(job_id)
         if wanted_pin is not None and tuple(job.required_nodes) != tuple(wanted_pin):
             late.append(Action("pin", job_id, nodes=wanted_pin, reason="planned start"))
+        if job_id in unpin_late:
+            late.append(Action("unpin", job_id, nodes=owned_pins[job_id], reason="held instead"))
         wanted_exc = desired.exclusions.get(job_id)
         if wanted_exc is not None and tuple(job.excluded_nodes) != wanted_exc:
             late.append(Action("exclude", job_id, nodes=wanted_exc, reason="held nodes"))

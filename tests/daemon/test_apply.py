@@ -199,6 +199,26 @@ def test_pins_the_daemon_set_are_removed_and_user_pins_are_not():
     assert fake.jobs["1"].required_nodes == () and fake.jobs["2"].required_nodes == ("node4",)
 
 
+def test_a_pinned_job_held_instead_loses_its_pin_in_the_update_that_excludes_it():
+    """Pinned to start, then held (block mode: every other node excluded): two updates would
+    leave the job free to start anywhere between them; slurmctld applies one atomically."""
+    fake = cluster([pending("1", "alice", 1), pending("3", "bob", 1, t=1)], run=[running("100", "root", "node1", range(6))])
+    apply(fake, cycle(fake)[2])
+    owned = {j: fake.jobs[j].required_nodes for j in ("1", "3")}
+    assert all(owned.values())
+    hold = Plan(order=("1", "3"), holds=(Hold("1", (8,), NOW + 60),))  # and job 3 no longer starts: unpinned
+    _p, desired, actions = cycle(fake, owned=owned, plan=hold)
+    assert desired.exclusions["1"] == ("node1", "node3", "node4")
+    kinds = [(a.kind, a.job_id) for a in actions]
+    at = kinds.index(("unpin", "1"))
+    assert kinds[at + 1] == ("exclude", "1")
+    fake.calls.clear()
+    apply(fake, actions)
+    (update,) = [c for c in fake.calls if "JobId=1" in c]
+    assert any(a.startswith("ReqNodeList=") for a in update) and any(a.startswith("ExcNodeList=") for a in update)
+    assert fake.jobs["1"].required_nodes == () and fake.jobs["1"].excluded_nodes == ("node1", "node3", "node4")
+
+
 def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted():
     attach = dataclasses.replace(S, hold_mode="attach")
     fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
