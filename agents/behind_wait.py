@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .fit import Fit
+from .fit import Fit, kept_for
 from .placement import Consolidate, packed
 from .plan import Hold, Plan, Start
-from .policy import expected_hold
+from .policy import at_hold, expected_hold, fits_both
 from .state import ClusterState, PendingJob
 
 PLACER = Consolidate()
@@ -67,8 +67,11 @@ def fill_behind_wait(state: ClusterState, ranked: Sequence[PendingJob], hold: Ho
     free = state.free.copy()
     n_free = int(free.sum())
     kept = np.zeros_like(free)
+    behind = fit  # the hold's nodes when it starts (`at_hold`): a job that outlives it must fit there too
     if hold is not None:
-        kept[list(hold.gpus)] = True
+        held_job = next(j for j in state.pending if j.job_id == hold.job_id)
+        kept[list(kept_for(held_job, hold.gpus, state.topology))] = True
+        behind = at_hold(fit, held_job, hold, state)
     starts: list[Start] = []
     for job in ranked:
         if not n_free:
@@ -76,11 +79,13 @@ def fill_behind_wait(state: ClusterState, ranked: Sequence[PendingJob], hold: Ho
         if (hold is not None and job.job_id == hold.job_id) or job.num_gpus > n_free:
             continue
         in_time = hold is not None and job.time_limit is not None and state.now + job.time_limit <= hold.expected_start
-        usable = fit.usable(job, free if in_time else free & ~kept)
+        usable = fit.usable(job, free) if in_time else fits_both(job, free & ~kept, fit, behind)
         gpus = PLACER.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
         if gpus is None or not (in_time or packed(state.topology, gpus, job.num_nodes)):
             continue
         taken = fit.take(job, gpus)
+        if not in_time and behind is not fit:
+            behind.take(job, gpus)
         free[list(taken)] = False
         n_free -= len(taken)
         starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))

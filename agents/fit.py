@@ -196,6 +196,15 @@ class Fit:
         return _node_gpus(topo, nodes) if run.exclusive else run.gpus
 
 
+def kept_for(job: PendingJob, gpus: Sequence[int], topology: Topology) -> tuple[int, ...]:
+    """The GPUs ``job`` keeps from other jobs on ``gpus``: its own, or every GPU of its
+    nodes when it is exclusive. What a hold of it must keep from the jobs behind it: an
+    exclusive job held on half a node cannot start if a job backfilled the other half."""
+    if not job.exclusive:
+        return tuple(gpus)
+    return _node_gpus(topology, np.unique(topology.gpu_node[list(gpus)]))
+
+
 # ---- per-node masks of the static requests ----
 
 

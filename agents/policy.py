@@ -15,7 +15,7 @@ from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from .fit import Fit
+from .fit import Fit, kept_for
 from .plan import Hold, OrderView, Plan, Start
 from .state import ClusterState, PendingJob, RunningJob
 
@@ -80,8 +80,9 @@ class Scheduler:
     *held*: the plan keeps the GPUs it is expected to get when running jobs reach their
     time limits. Without backfill nothing after it starts (strict order, as
     ``sched/builtin``); with backfill (EASY, as ``sched/backfill``) a later job may start if
-    it avoids the held GPUs or its time limit ends before the held job's expected start.
-    A job is placed only among the GPUs Slurm would let it use (`Fit.usable`: CPUs,
+    it avoids the held GPUs (an exclusive held job's whole nodes) and the CPUs and memory
+    the held job will need there, or its time limit ends before the held job's expected
+    start. A job is placed only among the GPUs Slurm would let it use (`Fit.usable`: CPUs,
     memory, ``--exclusive``, GPU type, ``-w``/``-x``, features), and each start books its
     share of its nodes before the next job is placed.
     """
@@ -111,6 +112,7 @@ class Scheduler:
         hold: Hold | None = None
         unheld = free  # free GPUs a job that may outlive the hold can use
         n_unheld = n_free
+        behind = fit  # the hold's nodes when it starts (`at_hold`): such a job must fit there too
         ends_in_time = np.zeros(len(order), dtype=bool)
         pos = 0
         if n_free == 0 and limit > 0:
@@ -129,7 +131,8 @@ class Scheduler:
                     break
                 pos += int(ahead[0])
             job = state.pending[int(order[pos])]
-            usable = fit.usable(job, free if hold is None or ends_in_time[pos] else unheld)
+            outlives = hold is not None and not ends_in_time[pos]
+            usable = fits_both(job, unheld, fit, behind) if outlives else fit.usable(job, free)
             pos += 1
             gpus = self.placer.place(job, usable, state) if job.num_gpus <= int(np.count_nonzero(usable)) else None
             if gpus is None:
@@ -142,11 +145,14 @@ class Scheduler:
                     if not self.backfill:
                         break
                     unheld = free.copy()
-                    unheld[list(hold.gpus)] = False
+                    unheld[list(kept_for(job, hold.gpus, state.topology))] = False
                     n_unheld = int(np.count_nonzero(unheld))
+                    behind = at_hold(fit, job, hold, state)
                     ends_in_time = state.now + _in_order(state.queue.limit, order, state) <= hold.expected_start
                 continue
             taken = fit.take(job, gpus)
+            if outlives:
+                behind.take(job, gpus)
             free[list(taken)] = False
             n_free -= len(taken)
             if hold is not None:
@@ -162,6 +168,30 @@ class Scheduler:
 
     def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState, fit: Fit) -> Hold | None:
         return expected_hold(job, free, state, self.placer, fit)
+
+
+def at_hold(fit: Fit, job: PendingJob, hold: Hold, state: ClusterState) -> Fit:
+    """The account of ``hold``'s nodes when ``job`` is expected to start there: the running
+    jobs on them that end by then released, ``job`` booked. A job that starts now and
+    outlives the hold must fit in it as well as now, or the held job finds its CPUs or
+    memory taken and does not start on time (EASY's promise; Slurm's backfill keeps them
+    too). Without node capacity only GPUs count: ``fit`` itself."""
+    if fit.cpus is None:
+        return fit
+    topo = state.topology
+    nodes = set(topo.gpu_node[list(hold.gpus)].tolist())
+    then = fit.copy()
+    for run in state.running:
+        if run.expected_end(state.now) <= hold.expected_start and not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
+            then.release(run)
+    then.take(job, hold.gpus)
+    return then
+
+
+def fits_both(job: PendingJob, free: np.ndarray, now: Fit, then: Fit) -> np.ndarray:
+    """The GPUs of ``free`` ``job`` may use by both accounts (``then`` from `at_hold`)."""
+    usable = now.usable(job, free)
+    return usable if then is now else usable & then.usable(job, free)
 
 
 def next_change(policy: Policy, now: float) -> float | None:

@@ -37,7 +37,7 @@ import torch
 
 from .behind_wait import PLACER, fill_behind_wait, held, wait_hold
 from .features import Context, FeatureEncoder, JobView, start_delays, wait_allowed
-from .fit import Fit
+from .fit import Fit, kept_for
 from .networks import masked
 from .objective import (
     DEFAULT_FAIRNESS,
@@ -151,7 +151,7 @@ class TwoPhasePolicy:
             late: list[Start] = []
         else:
             kept = state.free.copy()
-            kept[list(hold.gpus)] = False
+            kept[list(kept_for(job, hold.gpus, state.topology))] = False
             rest = self._decide(replace(state, free=kept))
             # Jobs whose limits end before the held job is expected to start may use its
             # GPUs meanwhile (EASY backfill), as the look-ahead's model lets them, on the

@@ -9,12 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attentived.agents.behind_wait import fill_behind_wait
 from attentived.agents.features import Context, FeatureEncoder, candidates
 from attentived.agents.fit import Fit
 from attentived.agents.learned import load_learned
 from attentived.agents.order import Fifo
 from attentived.agents.placement import Consolidate, FirstFit, LoadBalance, RandomPlacer
 from attentived.agents.policy import Scheduler, expected_hold
+from attentived.agents.registry import make_policy
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.agents.two_phase import _started
 
@@ -201,6 +203,41 @@ def test_a_hold_for_an_exclusive_job_waits_for_a_whole_node(lab):
     s = make_state(lab, [job("x", 2, exclusive=True)], running=running)
     (hold,) = Scheduler(Fifo(), Consolidate()).decide(s).holds
     assert hold.expected_start == 1000.0 and nodes_of(lab, hold.gpus) == {0}
+
+
+def test_a_hold_for_an_exclusive_job_keeps_its_whole_node_from_the_jobs_behind(lab):
+    """x is held on node1 (its GPUs 0-3 back at 600 s): a long job must not backfill onto
+    node1's free half, or the node is not idle at 600 s and x cannot start (EASY's promise).
+    The same for the rule behind a WAIT and for the packing rule."""
+    running = [RunningJob("r1", "x", (0, 1, 2, 3), 0.0, 0.0, 600.0), RunningJob("r2", "x", tuple(range(8, 32)), 0.0, 0.0, 3600.0)]
+    s = make_state(lab, [job("x", 4, exclusive=True), job("long", 4, submit=1, limit=7200.0)], running=running, now=0.0)
+    for name in ("fifo+consolidate+backfill", "fifo+consolidate:pack=1"):
+        plan = make_policy(name).decide(s)
+        assert [h.job_id for h in plan.holds] == ["x"] and plan.starts == (), name
+    hold = Scheduler(Fifo(), Consolidate(), backfill=True).decide(s).holds[0]
+    assert fill_behind_wait(s, s.pending, hold) == []
+    short = make_state(lab, [job("x", 4, exclusive=True), job("short", 4, submit=1, limit=300.0)], running=running, now=0.0)
+    assert [st.job_id for st in make_policy("fifo+consolidate+backfill").decide(short).starts] == ["short"]
+
+
+def test_a_hold_keeps_the_cpus_its_job_needs_from_the_jobs_behind(lab):
+    """node1: r1 holds GPUs 0-1 and 32 of its 64 CPUs until 600 s. big (4 GPUs) needs more
+    CPUs than are free now and is held there; a long job may take node1's other free GPUs
+    only if big still gets its CPUs at 600 s; a short one (gone by then) regardless."""
+    running = [RunningJob("r1", "x", (0, 1), 0.0, 0.0, 600.0, cpus=32),
+               RunningJob("r2", "x", tuple(range(8, 32)), 0.0, 0.0, 3600.0, cpus=192)]
+    cap = capacity(lab, cpus=[32, 0, 0, 0], idle=False)
+    for need, starts in ((56, []), (48, ["long"])):  # 64 - 16 CPUs of long: 48 left at 600 s
+        pending = [job("big", 4, cpus=need), job("long", 2, submit=1, limit=7200.0, cpus=16)]
+        s = make_state(lab, pending, running=running, now=0.0, nodes=cap)
+        for name in ("fifo+consolidate+backfill", "fifo+consolidate:pack=1"):
+            plan = make_policy(name).decide(s)
+            assert [h.job_id for h in plan.holds] == ["big"] and [st.job_id for st in plan.starts] == starts, (name, need)
+            assert plan.holds[0].expected_start == 600.0
+        assert [st.job_id for st in fill_behind_wait(s, s.pending, plan.holds[0])] == starts
+    short = make_state(lab, [job("big", 4, cpus=56), job("short", 2, submit=1, limit=300.0, cpus=16)], running=running,
+                       now=0.0, nodes=cap)
+    assert [st.job_id for st in make_policy("fifo+consolidate+backfill").decide(short).starts] == ["short"]
 
 
 def test_a_running_exclusive_job_gives_its_whole_node_back(lab):

@@ -6,12 +6,13 @@ import numpy as np
 
 from attentived.agents.behind_wait import fill_behind_wait
 from attentived.agents.placement import packed
-from attentived.agents.registry import make_policy
+from attentived.agents.registry import make_policy, unsupported
 from attentived.agents.state import RunningJob
 from attentived.simulator.engine import Simulation, prepare_jobs
 from attentived.simulator.trace import TraceJob
+from attentived.topology import uniform
 
-from .conftest import job, make_state, steer_job_agent
+from .conftest import capacity, job, make_state, steer_job_agent
 
 
 def _two_halves(lab, down=()):
@@ -53,6 +54,35 @@ def test_a_job_that_never_packs_starts_where_it_fits(lab):
     assert [st.gpus for st in plan.starts] == [(2, 3, 6, 7)]
     free_node2 = make_state(lab, [job("four", 4)], busy=down, running=_two_halves(lab, down), now=0.0)
     assert not make_policy("fifo+consolidate:pack=1").decide(free_node2).starts  # elsewhere it can: it waits
+
+
+def test_a_job_that_asks_cpus_waits_for_packed_room_as_one_that_does_not(lab):
+    """Whether a job can ever pack is asked of the nodes as they are once every running job
+    ends, CPUs included: an eight-GPU job with CPUs is held for a whole node, and one whose
+    CPUs no node holds starts spread (both waited, or never started, before)."""
+    half = [RunningJob("r", "x", (0, 1, 8, 9, 16, 17, 24, 25), 0.0, 0.0, 600.0, cpus=8)]
+    for cpus in (0, 8):
+        s = make_state(lab, [job("eight", 8, cpus=cpus)], running=half, now=0.0, nodes=capacity(lab, cpus=62))
+        plan = make_policy("fifo+consolidate:pack=1").decide(s)
+        assert plan.starts == () and [(h.gpus, h.expected_start) for h in plan.holds] == [(tuple(range(8)), 600.0)]
+    s = make_state(lab, [job("cpu-heavy", 4, cpus=128)], now=0.0, nodes=capacity(lab, cpus=64))
+    assert [st.gpus for st in make_policy("fifo+consolidate:pack=1").decide(s).starts] == [(0, 1, 8, 9)]
+
+
+def test_a_job_that_never_packs_is_held_when_it_first_fits(lab):
+    """Its hold comes with the first release that gives it room anywhere, not room to pack."""
+    down = (0, 1, 4, 5)
+    running = [RunningJob("r1", "x", (2, 3), 0.0, 0.0, 600.0), RunningJob("r2", "x", (6, 7), 0.0, 0.0, 1200.0),
+               RunningJob("r3", "x", tuple(range(8, 32)), 0.0, 0.0, 3600.0)]
+    s = make_state(lab, [job("four", 4, nodelist=("node1",))], busy=down, running=running, now=0.0)
+    (hold,) = make_policy("fifo+consolidate:pack=1").decide(s).holds
+    assert hold.gpus == (2, 3, 6, 7) and hold.expected_start == 1200.0
+
+
+def test_the_packed_placer_is_the_one_asked_what_it_supports():
+    big = uniform(32, 8, nodes_per_switch=4)  # more GPUs than proximity-drl's network reads
+    assert unsupported(make_policy("proximity-drl"), big)
+    assert unsupported(make_policy("proximity-drl:pack=1"), big) is None  # its placer is replaced
 
 
 def test_a_job_that_fixed_its_node_count_is_packed_by_its_shape(lab):
