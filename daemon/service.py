@@ -66,6 +66,12 @@ class _StdlibToStructlog(logging.Handler):
             pass
 
 
+RESTART_ONLY = ("state_dir", "reservation_prefix")
+"""Keys a reload refuses to change: the open journal lives in ``state_dir`` and the
+daemon knows its reservations by ``reservation_prefix``; changed under a running daemon,
+its pins and reservations would be left behind, owned by nobody."""
+
+
 class Service:
     def __init__(self, config_path: str | os.PathLike[str] | None = None, *, dry_run: bool | None = None,
                  config: cfgmod.Config | None = None, backend: Backend | None = None,
@@ -188,6 +194,10 @@ class Service:
             # removed (or renamed mid-edit) must not turn into the built-in defaults.
             required = self.config_path is not None or self.config.source != "(defaults)"
             new = cfgmod.load(self.config_path, required=required).with_overrides(**self.overrides)
+            fixed = [k for k in RESTART_ONLY if getattr(new, k) != getattr(self.config, k)]
+            if fixed:
+                raise cfgmod.ConfigError(f"{new.source}: {', '.join(fixed)}: changes only at a restart (the journal "
+                                         "and the reservations the daemon owns are found by them)")
         except cfgmod.ConfigError as e:
             self.log.error("config.reload_rejected", error=str(e), keeping=self.config.source)
             self.metrics.errors.inc(kind="config")

@@ -317,3 +317,19 @@ def test_a_default_config_file_removed_is_refused_on_reload(tmp_path, monkeypatc
     assert svc.reload() is False
     assert svc.config.dry_run and svc.config.policy == "sjf+consolidate:pack=1" and svc.runner.config.dry_run
     svc._close()
+
+
+@pytest.mark.parametrize("key", ["state_dir", "reservation_prefix"])
+def test_a_reload_that_moves_the_journal_or_the_reservations_names_is_refused(tmp_path, key):
+    conf = tmp_path / "c.toml"
+    base = 'partitions = ["main"]\nmetrics_port = 0\n'
+    state = f'state_dir = "{tmp_path / "state"}"\n'
+    conf.write_text(base + state)
+    svc = Service(conf, backend=mix(), runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
+    before = svc.config
+    moved = {"state_dir": f'state_dir = "{tmp_path / "elsewhere"}"\n', "reservation_prefix": state + 'reservation_prefix = "other"\n'}
+    conf.write_text(base + moved[key])
+    assert svc.reload() is False and svc.config == before
+    conf.write_text(base + state + "interval = 2.0\n")  # anything else still reloads
+    assert svc.reload() is True and svc.config.interval == 2.0
+    svc._close()
