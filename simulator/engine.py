@@ -542,12 +542,16 @@ class Simulation:
     def _checked_starts(self, plan: Plan) -> list[tuple[str, tuple[int, ...]]]:
         topo, pending, free = self.topology, self._pending, self._free
         taken: set[int] = set()
+        started: set[str] = set()
         out = []
         for st in plan.starts:
             job = pending.get(st.job_id)
             where = f"policy {self.name}: start of job {st.job_id}"
             if job is None:
                 raise PolicyError(f"{where}: the job is not pending")
+            if st.job_id in started:
+                raise PolicyError(f"{where}: the plan starts it twice")
+            started.add(st.job_id)
             gpus = tuple(int(g) for g in st.gpus)
             if len(gpus) != job.num_gpus or len(set(gpus)) != len(gpus):
                 raise PolicyError(f"{where}: needs {job.num_gpus} distinct GPUs, got {gpus}")

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from attentived.agents.plan import Plan, Start
 from attentived.agents.registry import ALL, make_policy
-from attentived.simulator.engine import MainPasses, Relay, SimJob, Simulation, prepare_jobs
+from attentived.simulator.engine import MainPasses, PolicyError, Relay, SimJob, Simulation, prepare_jobs
 from attentived.simulator.metrics import summarize
 from attentived.simulator.trace import TraceJob
 from attentived.topology import uniform
@@ -278,3 +279,13 @@ def test_a_node_count_that_cannot_hold_the_gpus_is_refused():
         job = SimJob(replace(tj("a", 0.0, 5.0, gpus=4), num_nodes=nodes), 10.0, "resnet50")
         with pytest.raises(ValueError, match="cannot be split evenly"):
             Simulation([job], uniform(4, 8), make_policy("fifo"))
+
+
+def test_a_plan_that_starts_a_job_twice_is_refused_before_anything_starts():
+    jobs = [SimJob(TraceJob("A", 0.0, "u", 1, 100.0, None, 0), 900.0, "resnet50")]
+    sim = Simulation(jobs, uniform(1, 2))
+    sim.reset()
+    sim.next_decision()
+    with pytest.raises(PolicyError, match="job A: the plan starts it twice"):
+        sim.apply(Plan(order=("A",), starts=(Start("A", (0,)), Start("A", (1,)))))
+    assert sim.snapshot().free.all() and not sim.snapshot().running
