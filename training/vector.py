@@ -23,6 +23,7 @@ how; no worker outlives `VectorEnv.close`.
 
 from __future__ import annotations
 
+import pickle
 import signal
 import traceback
 from collections.abc import Callable, Sequence
@@ -96,22 +97,32 @@ class _Slice:
 
 def _work(conn: Connection) -> None:
     """A worker: build its slice from the first message, then answer each (method, args)
-    with ("ok", result) or ("failed", summary, traceback) until the parent closes the pipe."""
+    with ("ok", result) or ("failed", summary, traceback) until the parent closes the pipe.
+    Only the pipe's own errors end it quietly: an ``OSError`` of the work (a file the slice
+    reads) is answered as a failure like any other, so the run fails with it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes the workers
-    try:
-        cfg, episodes, count = conn.recv()
-        part = _Slice(cfg, episodes, count)
-        conn.send(("ok", None))
-        while True:
-            method, args = conn.recv()
-            try:
-                conn.send(("ok", getattr(part, method)(*args)))
-            except Exception as e:
-                conn.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
-    except (EOFError, OSError):  # the parent is done with this worker, or gone
-        return
-    except Exception as e:  # building the slice failed
-        conn.send(("failed", f"{type(e).__name__}: {e}", traceback.format_exc()))
+    part: _Slice | None = None
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except (EOFError, OSError):  # the parent is done with this worker, or gone
+            return
+        try:
+            message = pickle.loads(raw)  # apart from the pipe: what it unpickles may raise anything
+            if part is None:
+                part = _Slice(*message)
+                reply: tuple = ("ok", None)
+            else:
+                method, args = message
+                reply = ("ok", getattr(part, method)(*args))
+        except Exception as e:
+            reply = ("failed", f"{type(e).__name__}: {e}", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
+        if part is None:  # building the slice failed: nothing to answer after that
+            return
 
 
 @dataclass

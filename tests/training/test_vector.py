@@ -81,6 +81,29 @@ def test_a_worker_that_raises_fails_the_call_with_its_error(tmp_path):
         assert any("the worker's traceback" in note for note in error.value.__notes__)
 
 
+def _load_trace(path: str) -> _Broken:
+    with open(path) as f:  # raises: the file is gone
+        f.read()
+    return _Broken()
+
+
+class _LoadsInTheWorker:
+    """Episodes that read their trace when the worker unpickles them, from a file that is
+    gone: an ``OSError`` of the work, not of the pipe (a worker ended quietly on it)."""
+
+    def __reduce__(self):
+        return (_load_trace, ("/nowhere/trace.csv",))
+
+    def __call__(self, rng: np.random.Generator) -> Episode:
+        raise AssertionError("never drawn")
+
+
+def test_a_worker_whose_work_raises_an_os_error_fails_with_it(tmp_path):
+    cfg = replace(tiny_config(tmp_path), num_envs=2)
+    with pytest.raises(WorkerError, match=r"failed: FileNotFoundError: .*/nowhere/trace.csv"):
+        VectorEnv(cfg, _LoadsInTheWorker(), 2).close()
+
+
 def test_a_worker_that_dies_fails_the_call_and_no_worker_is_left(tmp_path):
     cfg = replace(tiny_config(tmp_path), num_envs=4)
     envs = VectorEnv(cfg, _windows(cfg), 2)
