@@ -155,6 +155,8 @@ class PPOConfig:
     def __post_init__(self) -> None:
         if self.fairness_range is not None and not 0.0 <= self.fairness_range[0] <= self.fairness_range[1] <= 1.0:
             raise ValueError(f"fairness_range must be [lo, hi] within [0, 1], got {list(self.fairness_range)}")
+        if self.fairness_range is not None and self.agent != "attentive":
+            raise ValueError(f"fairness_range is for the attentive agent (it reads W), not {self.agent}")
         if min(self.val_large) < 0 or (self.val_large[0] > 0) != (self.val_large[1] > 0):
             raise ValueError(f"val_large must be [nodes, jobs], both positive, or [0, 0] for none, got {list(self.val_large)}")
         if self.urgency_input and self.fairness_range is None:

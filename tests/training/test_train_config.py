@@ -131,8 +131,10 @@ def test_the_plan_input_is_for_the_attentive_agent_over_a_range_of_w():
 
     with pytest.raises(ValueError, match="plan_input"):
         PPOConfig(plan_input=True)  # no fairness_range
-    with pytest.raises(ValueError, match="plan_input"):
+    with pytest.raises(ValueError, match="fairness_range is for the attentive agent"):
         PPOConfig(**{**kind_defaults("deeprm"), "fairness_range": (0.0, 1.0), "plan_input": True})
+    with pytest.raises(ValueError, match="fairness_range is for the attentive agent"):
+        PPOConfig(**{**kind_defaults("deeprm"), "fairness_range": (0.0, 1.0)})  # its validation would take no W
     cfg = PPOConfig(**{**kind_defaults("attentive"), "plan_input": True})
     assert KINDS["attentive"].make_net(cfg).cfg.plan_input
     assert not KINDS["attentive"].make_net(PPOConfig(**kind_defaults("attentive"))).cfg.plan_input
