@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad input (trace, cluster file, opti
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +59,24 @@ def _bad_input() -> Iterator[None]:
         if isinstance(e, errors):
             raise _fail(str(e)) from None
         raise
+
+
+def _unwritable_folder(path: Path) -> str | None:
+    """Why ``path`` cannot become an output folder (``None`` when it can): asked before the
+    work, so a long run does not end in a traceback at its last step."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else f"{p}: is a file, not a folder"
+    return None
+
+
+def _unwritable_file(path: Path) -> str | None:
+    """Why ``path`` cannot be written as an output file (``None`` when it can)."""
+    if path.is_dir():
+        return f"{path}: is a folder; give a file name"
+    if not path.parent.is_dir():
+        return f"{path.parent}: " + ("is a file, not a folder" if path.parent.exists() else "no such folder")
+    return None
 
 
 def _version(value: bool) -> None:
@@ -153,10 +172,14 @@ def replay(
                     window[opt] = parse_duration(val)
                 except ValueError as e:
                     raise _fail(f"--{opt}: {e}") from None
-        if load_scale <= 0:
-            raise _fail(f"--load-scale must be positive (got {load_scale})")
+        if not math.isfinite(load_scale) or load_scale <= 0:
+            raise _fail(f"--load-scale must be a positive number (got {load_scale})")
         if max_jobs is not None and max_jobs < 1:
             raise _fail(f"--max-jobs must be at least 1 (got {max_jobs})")
+        if len(window) == 2 and window["end"] <= window["start"]:
+            raise _fail(f"--end ({end}) must be after --start ({start})")
+        if out is not None and (problem := _unwritable_folder(out)):
+            raise _fail(f"--out: {problem}")
         names = expand(policy)
         policies = [make_policy(n, seed, model=str(model) if model else None) for n in names]
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
@@ -268,6 +291,8 @@ def compare(
         try:
             if seeds < 1:
                 raise cmp.CompareError(f"--seeds must be at least 1 (got {seeds})")
+            if out is not None and (problem := _unwritable_folder(out)):
+                raise cmp.CompareError(f"--out: {problem}")
             paths = list(trace) + [sample_path(s) for s in sample] or [sample_path("philly-sample")]
             workloads = cmp.load_workloads(paths, window, load_scale)
             topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
@@ -289,16 +314,19 @@ def train(
     agent: str = typer.Option("attentive", "--agent", help="What to train: attentive (the dual attention agents), or a DRL baseline: deeprm, "
                                                            "proximity-drl."),
     trace: Path | None = typer.Option(None, "--trace", help="Trace to learn from (default: the bundled Philly dev trace)."),
-    days: str = typer.Option("0:30", "--days", help="START:END days of the trace to train on (hold out the rest for evaluation)."),
-    steps: int = typer.Option(200_000, "--steps", help="PPO environment steps."),
-    seed: int = typer.Option(1, "--seed", help="Seed for everything (windows, clusters, network init)."),
+    days: str | None = typer.Option(None, "--days", help="START:END days of the trace to train on, validating on the 10 days "
+                                                          "after (default 0:30, or --config's train_days; hold out the rest "
+                                                          "for evaluation)."),
+    steps: int | None = typer.Option(None, "--steps", help="PPO environment steps (default 200,000, or --config's total_steps)."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed for everything: windows, clusters, network init (default 1, or "
+                                                         "--config's seed)."),
     time_budget: float | None = typer.Option(None, "--time-budget",
                                              help="Stop after this many seconds of this command (a --resume gets them afresh)."),
     out_dir: Path | None = typer.Option(None, "--out-dir", help="Checkpoints, metrics.csv/json and best.pt go here (default runs/AGENT)."),
     out: Path | None = typer.Option(None, "--out", help="Also copy the best model to this file (e.g. model.pt)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT_DIR/checkpoint.pt."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar with running reward and metrics."),
-    config: Path | None = typer.Option(None, "--config", help="TOML of PPOConfig settings and [reward] weights (options given here win)."),
+    config: Path | None = typer.Option(None, "--config", help="TOML of PPOConfig settings and \\[reward] weights (options given here win)."),
     reward_jct: float | None = typer.Option(None, "--reward-jct", help="Weight of the JCT/wait reward term (default 1)."),
     reward_fairness: float | None = typer.Option(None, "--reward-fairness", help="Weight of the fairness term over users' waits (default 2)."),
     reward_comm: float | None = typer.Option(None, "--reward-comm", help="Weight of the communication-cost term (default 2)."),
@@ -317,6 +345,7 @@ def train(
     import shutil
     from dataclasses import replace
 
+    from attentived.atomic import write_file
     from attentived.training.config import PPOConfig
     from attentived.training.kinds import KINDS, kind_defaults
     from attentived.training.ppo import train as run_training
@@ -327,12 +356,29 @@ def train(
     )
 
     with _bad_input():
-        try:
-            lo, hi = (float(x) for x in days.split(":"))
-        except ValueError:
-            raise _fail(f"--days takes START:END in days, e.g. 0:30 (got {days!r})") from None
-        if steps < 1:
-            raise _fail(f"--steps must be positive (got {steps})")
+        chosen: dict[str, object] = {}
+        if days is not None:
+            try:
+                lo, hi = (float(x) for x in days.split(":"))
+            except ValueError:
+                raise _fail(f"--days takes START:END in days, e.g. 0:30 (got {days!r})") from None
+            if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo < hi):
+                raise _fail(f"--days takes START:END with 0 <= START < END (got {days!r})")
+            chosen.update(train_days=(lo, hi), val_days=(hi, hi + 10.0))
+        if steps is not None:
+            if steps < 1:
+                raise _fail(f"--steps must be positive (got {steps})")
+            chosen["total_steps"] = steps
+        if seed is not None:
+            chosen["seed"] = seed
+        if time_budget is not None:
+            if not math.isfinite(time_budget) or time_budget <= 0:
+                raise _fail(f"--time-budget must be a positive number of seconds (got {time_budget})")
+            chosen["time_budget_s"] = time_budget
+        if out is not None and (problem := _unwritable_file(out)):
+            raise _fail(f"--out: {problem}")
+        if out_dir is not None and (problem := _unwritable_folder(out_dir)):
+            raise _fail(f"--out-dir: {problem}")
         if trace is not None and not trace.is_file():
             raise _fail(f"{trace}: no such file")
         if agent not in KINDS:
@@ -346,10 +392,8 @@ def train(
             cfg = apply_settings(cfg, {"reward": reward} if reward else {}, "command line")
         except TrainConfigError as e:
             raise _fail(str(e)) from None
-        cfg = replace(
-            cfg, seed=seed, out_dir=str(out_dir) if out_dir else cfg.out_dir, total_steps=steps, time_budget_s=time_budget,
-            train_trace=str(trace) if trace else cfg.train_trace, train_days=(lo, hi), val_days=(hi, hi + 10.0),
-        )
+        cfg = replace(cfg, out_dir=str(out_dir) if out_dir else cfg.out_dir,
+                      train_trace=str(trace) if trace else cfg.train_trace, **chosen)
         try:
             best = run_training(cfg, progress=progress, resume=resume)
         except KeyboardInterrupt:  # Ctrl-C: the workers are stopped; say how to go on
@@ -358,7 +402,7 @@ def train(
             typer.echo(f"training interrupted{hint}", err=True)
             raise typer.Exit(130) from None
     if out is not None:
-        shutil.copyfile(best, out)
+        write_file(out, lambda tmp: shutil.copyfile(best, tmp))
         best = out
     typer.echo(f"model: {best}")
 
@@ -398,6 +442,8 @@ def evaluate(
                     window[opt] = parse_duration(val if val is not None else default)
                 except ValueError as e:
                     raise _fail(f"--{opt}: {e}") from None
+        if window["start"] is not None and window["end"] is not None and window["end"] <= window["start"]:
+            raise _fail(f"--end ({end or '47d'}) must be after --start ({start or '40d'})")
         tr = load_trace(sample_path("philly") if trace is None else trace, start=window["start"], end=window["end"])
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
         ev = run_evaluation(model, tr, topo, seeds=tuple(range(seeds)), baselines=expand(policy) or tuple(PRESETS))
@@ -584,6 +630,8 @@ def shadow_report(
 
     cfg = _ops_config(config, as_json)
     t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
+    if out is not None and (problem := _unwritable_folder(out)):
+        raise _ops_error(ins.InspectError(f"--out: {problem}", 2), as_json)
     try:
         if not ins.state_dir_of(cfg).is_dir():
             raise ins.InspectError(f"state directory {cfg.state_dir} does not exist: the daemon has never run with "
@@ -644,6 +692,8 @@ def trace_export(
 
     cfg = _ops_config(config, as_json)
     t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
+    if problem := _unwritable_file(output):
+        raise _ops_error(ins.InspectError(f"--output: {problem}", 2), as_json)
     try:
         doc = export_trace(cfg, output, since=t0, until=t1, hash_users=hash_users, salt=salt, source=source)
     except ins.InspectError as e:

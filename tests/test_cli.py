@@ -121,6 +121,33 @@ def test_replay_with_the_shipped_agent_and_a_model_flag(tmp_path):
     assert r.returncode == 2 and "broken.pt" in r.stderr
 
 
+def test_bad_windows_scales_and_output_paths_exit_2_before_the_run(tmp_path):
+    """Each refused before any replay (a path that cannot be written used to end a finished
+    run in a traceback)."""
+    from attentived.agents.learned import default_model_path
+
+    tiny = str(sample_path("tiresias-60"))
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    shipped = str(default_model_path("attentive"))
+    cases = [
+        (["replay", tiny, "-p", "fifo", "--load-scale", "nan"], "--load-scale must be a positive number (got nan)"),
+        (["replay", tiny, "-p", "fifo", "--start", "10m", "--end", "5m"], "--end (5m) must be after --start (10m)"),
+        (["evaluate", shipped, "--trace", tiny, "--nodes", "2", "-p", "fifo", "--start", "10m", "--end", "5m"],
+         "--end (5m) must be after --start (10m)"),
+        (["evaluate", shipped, "--trace", tiny, "--nodes", "2", "-p", "attentive"],
+         "policy attentive given twice: the model runs under that name"),
+        (["evaluate", str(default_model_path("proximity-drl")), "--trace", tiny, "--nodes", "17", "-p", "fifo"],
+         "policy proximity-drl: its network reads at most 128 GPUs, the cluster has 136"),
+        (["replay", tiny, "-p", "fifo", "--out", str(a_file)], f"--out: {a_file}: is a file, not a folder"),
+        (["replay", tiny, "-p", "fifo", "--out", str(a_file / "sub")], f"--out: {a_file}: is a file, not a folder"),
+        (["compare", "-t", tiny, "-p", "fifo", "--seeds", "1", "--out", str(a_file)], f"--out: {a_file}: is a file"),
+    ]
+    for args, message in cases:
+        r = cli(*args)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_training_and_its_workers_and_says_how_to_resume(tmp_path):
     """What Ctrl-C in a terminal does: SIGINT to the whole process group."""
@@ -192,6 +219,44 @@ def test_a_reward_option_wins_over_the_config_and_a_bad_one_exits_2_naming_it(tm
     r = cli("train", "--config", str(recipe), "--reward-fairness-power", "0.5", "--steps", "10", "--out-dir", str(run))
     assert r.returncode == 2 and "fairness_power must be in [1, 16], got 0.5" in r.stderr
     assert not run.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--days", "30:0"], "--days takes START:END with 0 <= START < END (got '30:0')"),
+    (["--days", "nan:5"], "--days takes START:END with 0 <= START < END"),
+    (["--days", "-5:10"], "--days takes START:END with 0 <= START < END"),
+    (["--time-budget", "-5"], "--time-budget must be a positive number of seconds (got -5.0)"),
+    (["--out", "."], "--out: .: is a folder; give a file name"),
+    (["--out", "nowhere/m.pt"], "--out: nowhere: no such folder"),
+])
+def test_bad_training_options_exit_2_before_anything_is_written(tmp_path, args, message):
+    run = tmp_path / "run"
+    r = cli("train", *args, "--steps", "10", "--out-dir", str(run), "--no-progress")
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not run.exists()
+
+
+def test_a_fresh_run_into_a_folder_that_holds_a_run_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "best.pt").write_bytes(b"an earlier run's model")
+    r = cli("train", "--steps", "10", "--out-dir", str(run), "--no-progress")
+    assert r.returncode == 2 and "holds a run already (best.pt); --resume continues it" in r.stderr
+    assert sorted(p.name for p in run.iterdir()) == ["best.pt"]
+
+
+@pytest.mark.slow
+def test_the_config_files_seed_steps_and_days_hold_unless_an_option_is_given(tmp_path):
+    recipe = tmp_path / "train.toml"
+    recipe.write_text("seed = 7\ntotal_steps = 1024\ntrain_days = [2, 20]\nval_days = [20, 30]\n")
+    r = cli("train", "--config", str(recipe), "--out-dir", str(tmp_path / "a"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    used = json.loads((tmp_path / "a" / "summary.json").read_text())["config"]
+    assert (used["seed"], used["total_steps"], used["train_days"], used["val_days"]) == (7, 1024, [2, 20], [20, 30])
+    r = cli("train", "--config", str(recipe), "--seed", "3", "--days", "0:10", "--out-dir", str(tmp_path / "b"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    used = json.loads((tmp_path / "b" / "summary.json").read_text())["config"]
+    assert (used["seed"], used["total_steps"], used["train_days"], used["val_days"]) == (3, 1024, [0, 10], [10, 20])
 
 
 @pytest.mark.slow

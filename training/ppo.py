@@ -83,7 +83,8 @@ from attentived.agents.checkpoint import (
     save_training,
 )
 from attentived.agents.learned import POLICIES, load_learned
-from attentived.agents.registry import ALL, make_policy
+from attentived.agents.registry import ALL, make_policy, unsupported
+from attentived.agents.spec import BadPolicyName
 from attentived.atomic import write_file
 from attentived.simulator.engine import JobRecord, Simulation
 from attentived.simulator.metrics import summarize
@@ -218,12 +219,20 @@ def _to_torch(obs: dict[str, np.ndarray], device: torch.device) -> dict[str, tor
 # ---- training ----
 
 
+RUN_FILES = ("checkpoint.pt", "best.pt", "final.pt")
+"""What a run leaves in its out_dir that a later run there would take for its own."""
+
+
 def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     """Train, validate and save; returns the path of the best model (``out_dir/best.pt``)."""
     out = Path(cfg.out_dir)
     checkpoint = out / "checkpoint.pt"
     if resume and not checkpoint.exists():  # before anything is created
         raise CheckpointError(f"{checkpoint}: no checkpoint to resume from (run without --resume to start afresh)")
+    earlier = [name for name in RUN_FILES if (out / name).exists()]
+    if not resume and earlier:  # a fresh run would report, or resume, the other run's models
+        raise CheckpointError(f"{out}: holds a run already ({', '.join(earlier)}); --resume continues it, "
+                              "or train into another out_dir")
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.torch_threads)
     device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else ("cpu" if cfg.device == "auto" else cfg.device))
@@ -601,6 +610,11 @@ def evaluate(
     runs: dict[str, list[dict[str, float]]] = {}
     for seed in seeds:
         policies = [load_learned("attentive" if model_path is None else None, model_path, seed=seed)]
+        if policies[0].name in baselines:
+            raise BadPolicyName(f"policy {policies[0].name} given twice: the model runs under that name; "
+                                f"leave it out of the baselines")
+        if (reason := unsupported(policies[0], topology)) is not None:
+            raise BadPolicyName(f"policy {policies[0].name}: {reason}")
         policies += [make_policy(name, seed=seed) for name in baselines]
         result = replay(trace, topology, policies, seed=seed)
         for name, run in result.runs.items():
