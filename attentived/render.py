@@ -85,7 +85,7 @@ def summary_table(title: str, summaries: Mapping[str, Mapping[str, float]], cons
     console.print(table)
     console.print("[dim]bold green = best in column; JCT and wait in s/m/h/d; worst user = the worst-off user's mean wait; "
                   "Jain wait = Jain over users' mean waits (rewards everyone waiting equally long), Jain slow = over users' "
-                  "mean slowdown (wait + run) / max(run, 10 s); comm = extra GPU-hours from non-ideal placement; "
+                  "mean slowdown max(1, (wait + run) / max(run, 10 s)); comm = extra GPU-hours from non-ideal placement; "
                   "multi-GPU = their mean slowdown from placement[/]")
 
 

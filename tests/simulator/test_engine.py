@@ -289,3 +289,17 @@ def test_a_plan_that_starts_a_job_twice_is_refused_before_anything_starts():
     with pytest.raises(PolicyError, match="job A: the plan starts it twice"):
         sim.apply(Plan(order=("A",), starts=(Start("A", (0,)), Start("A", (1,)))))
     assert sim.snapshot().free.all() and not sim.snapshot().running
+
+
+def test_the_slowdown_index_is_not_raised_by_delaying_a_short_job():
+    """A 2 s job that did not wait counts 1 (the floor), not 0.2: delaying it 8 s, which
+    brings its user's mean to the other's, must not make the schedule look fairer."""
+    from attentived.simulator.engine import JobRecord
+
+    def rec(job_id, user, wait, run):
+        return JobRecord(job_id, user, 1, "resnet50", 0.0, wait, wait + run, run, 3600.0, (0,))
+
+    at_once = [rec("a", "alice", 0.0, 2.0), rec("b", "bob", 0.0, 100.0)]
+    delayed = [rec("a", "alice", 8.0, 2.0), rec("b", "bob", 0.0, 100.0)]
+    assert summarize(at_once, 1)["jain_slowdown"] == pytest.approx(1.0)
+    assert summarize(delayed, 1)["jain_slowdown"] <= summarize(at_once, 1)["jain_slowdown"]
