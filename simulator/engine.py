@@ -220,7 +220,16 @@ class Simulation:
     Slurm's priority ticks), as slurmctld's backfill looks again at every pass.
 
     ``overhead`` (seconds) is added to every run: what a live start takes beyond the job's
-    own run time (launch, epilog), which Slurm's records count in the job's run.
+    own run time (launch, epilog), which Slurm's records count in the job's run. Metrics
+    that compare a run with its ideal duration (``comm_cost``, ``multi_gpu_slowdown``)
+    count it too, as the live records do; the demo's placement figures come from the speed
+    model instead (`attentived.ops.demo.measure.extra_metrics`).
+
+    Time limits do not end runs: a job the speed model slows past its limit (a spread
+    placement of a job whose limit is close to its run) runs to its end, where Slurm would
+    kill it. Limits are drawn at least 1.05x the job's ideal run (`limits`), so this takes
+    a placement slowed by more than 5% on a tight limit: 5 of the 300 jobs of the bundled
+    Philly sample under random placement, 1 under ``fifo``, at most 2.0x their limit.
 
     ``relay`` (`Relay`, or ``None``: starts happen when decided) delays the starts of each
     plan to another scheduler's next pass: decisions on a grid ``delay`` ahead of the
