@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -395,7 +396,7 @@ def train(
         cfg = replace(cfg, out_dir=str(out_dir) if out_dir else cfg.out_dir,
                       train_trace=str(trace) if trace else cfg.train_trace, **chosen)
         try:
-            best = run_training(cfg, progress=progress, resume=resume)
+            best = run_training(cfg, progress=progress, resume=resume, command=shlex.join(["attentived", *sys.argv[1:]]))
         except KeyboardInterrupt:  # Ctrl-C: the workers are stopped; say how to go on
             checkpoint = Path(cfg.out_dir) / "checkpoint.pt"
             hint = f"; continue from {checkpoint} with --resume" if checkpoint.exists() else " before its first checkpoint"

@@ -2,12 +2,14 @@
 
 Writes ``attentived/data/models/<agent>-default.pt`` (the run's ``best.pt``) and
 ``<agent>-default.json``: the file's SHA-256 and size, parameter count, the command that
-trained it and the code commit it was trained at (``--commit``, default HEAD; the command
-run at that commit reproduces the model), the selected update and its validation score,
-the validation history, wall time, machine, reward weights and the full `PPOConfig`. The
-``.md`` model card next to it is written by hand from these figures.
+trained it and the code commit it was trained at (both from the run's ``provenance.json``,
+which `attentived train` writes when it starts; ``--command`` and ``--commit`` for runs
+without one; the command run at that commit reproduces the model), the selected update
+and its validation score, the validation history, wall time, machine, reward weights and
+the full `PPOConfig`. The ``.md`` model card next to it is written by hand from these
+figures.
 
-    .venv/bin/python bench/ship_model.py RUN_DIR --command "attentived train --agent deeprm ..." [--commit SHA]
+    .venv/bin/python bench/ship_model.py RUN_DIR [--command "attentived train --agent deeprm ..."] [--commit SHA]
 """
 
 from __future__ import annotations
@@ -27,11 +29,22 @@ MODELS = Path(__file__).resolve().parent.parent / "attentived" / "data" / "model
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path, help="an `attentived train` output folder (best.pt, summary.json)")
-    ap.add_argument("--command", required=True, help="the exact command that trained it")
-    ap.add_argument("--commit", default=None, help="the commit it was trained at (default: HEAD, which must be clean)")
+    ap.add_argument("--command", default=None,
+                    help="the exact command that trained it (default: the run's provenance.json, which the run wrote)")
+    ap.add_argument("--commit", default=None,
+                    help="the commit it was trained at (default: the run's provenance.json; without one, HEAD, which must "
+                         "be clean)")
     args = ap.parse_args()
     root = MODELS.parent.parent.parent
-    commit = args.commit
+    started = args.run_dir / "provenance.json"
+    recorded = json.loads(started.read_text()) if started.exists() else {}
+    if recorded.get("dirty") and args.commit is None:
+        ap.error(f"{started}: the run started on a working tree with uncommitted changes, so its commit does not "
+                 "reproduce it: name the commit that does with --commit")
+    command = args.command or recorded.get("command")
+    if not command:
+        ap.error("no --command, and the run recorded none (runs from before 2026-12-06 did not)")
+    commit = args.commit or recorded.get("commit")
     if commit is None:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
                                text=True, check=True).stdout.strip()
@@ -58,7 +71,7 @@ def main() -> None:
         "bytes": len(data),
         "parameters": sum(p.numel() for p in model.net.parameters()),
         "network": model.net.spec(),
-        "command": args.command,
+        "command": command,
         "commit": commit,
         "seed": cfg["seed"],
         "selected_update": meta.get("update"),

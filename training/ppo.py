@@ -64,6 +64,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -85,7 +88,7 @@ from attentived.agents.checkpoint import (
 from attentived.agents.learned import POLICIES, load_learned
 from attentived.agents.registry import ALL, make_policy, unsupported
 from attentived.agents.spec import BadPolicyName
-from attentived.atomic import write_file
+from attentived.atomic import write_file, write_text
 from attentived.simulator.engine import JobRecord, Simulation
 from attentived.simulator.metrics import summarize
 from attentived.simulator.replay import replay
@@ -219,12 +222,33 @@ def _to_torch(obs: dict[str, np.ndarray], device: torch.device) -> dict[str, tor
 # ---- training ----
 
 
+def provenance(command: str | None) -> dict[str, Any]:
+    """What a run was started by: the code commit, whether the working tree had changes
+    then (a model trained on a dirty tree does not come back from its commit), and the
+    command line. `bench/ship_model.py` copies them into a shipped model's record, so the
+    record names the code the model was trained at, not the code it was shipped at."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):  # no git, or not a clone
+            return None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status), "command": command,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
 RUN_FILES = ("checkpoint.pt", "best.pt", "final.pt")
 """What a run leaves in its out_dir that a later run there would take for its own."""
 
 
-def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
-    """Train, validate and save; returns the path of the best model (``out_dir/best.pt``)."""
+def train(cfg: PPOConfig, progress: bool = True, resume: bool = False, command: str | None = None) -> Path:
+    """Train, validate and save; returns the path of the best model (``out_dir/best.pt``).
+    ``command``: the command line that started it, kept in ``provenance.json`` with the
+    code commit (`provenance`)."""
     out = Path(cfg.out_dir)
     checkpoint = out / "checkpoint.pt"
     if resume and not checkpoint.exists():  # before anything is created
@@ -234,6 +258,13 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
         raise CheckpointError(f"{out}: holds a run already ({', '.join(earlier)}); --resume continues it, "
                               "or train into another out_dir")
     out.mkdir(parents=True, exist_ok=True)
+    record = out / "provenance.json"
+    if resume and record.exists():
+        doc = json.loads(record.read_text())
+        doc.setdefault("resumed", []).append(provenance(command))
+    else:
+        doc = provenance(command)
+    write_text(record, json.dumps(doc, indent=2) + "\n")
     torch.set_num_threads(cfg.torch_threads)
     device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else ("cpu" if cfg.device == "auto" else cfg.device))
     torch.manual_seed(cfg.seed)
@@ -452,7 +483,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False) -> Path:
     if not (out / "best.pt").exists():
         (out / "best.pt").write_bytes((out / "final.pt").read_bytes())
     summary = {"config": cfg.as_dict(), "updates": update, "global_step": global_step, "wall_s": round(wall, 1),
-               "best_val_score": best, "validation": history, "device": str(device)}
+               "best_val_score": best if math.isfinite(best) else None, "validation": history, "device": str(device)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return out / "best.pt"
 
@@ -640,7 +671,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = replace(PPOConfig(), **kind_defaults(args.agent))
     cfg = replace(cfg, out_dir=args.out_dir or cfg.out_dir, seed=args.seed, total_steps=args.total_steps,
                   time_budget_s=args.time_budget)
-    print(train(cfg, progress=not args.no_progress, resume=args.resume))
+    command = shlex.join(["python", "-m", "attentived.training.ppo", *(sys.argv[1:] if argv is None else argv)])
+    print(train(cfg, progress=not args.no_progress, resume=args.resume, command=command))
 
 
 if __name__ == "__main__":

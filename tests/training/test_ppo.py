@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -109,11 +111,15 @@ def test_score_is_the_reward_definition(tmp_path):
 
 def test_training_writes_models_logs_and_is_reproducible(tmp_path):
     a = tiny_config(tmp_path / "a")
-    best = train(a, progress=False)
+    best = train(a, progress=False, command="attentived train --steps 10")
     out = Path(a.out_dir)
     for name in ("best.pt", "final.pt", "checkpoint.pt", "metrics.csv", "summary.json"):
         assert (out / name).exists(), name
     assert best == out / "best.pt"
+    started = json.loads((out / "provenance.json").read_text())  # what bench/ship_model.py records
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parents[2], capture_output=True, text=True)
+    assert started["command"] == "attentived train --steps 10" and isinstance(started["dirty"], bool)
+    assert started["commit"] == head.stdout.strip()
     rows = _rows(out / "metrics.csv")
     assert [r["update"] for r in rows] == ["1", "2"] and all(r["val_score"] for r in rows)
     b = tiny_config(tmp_path / "b")
