@@ -55,8 +55,11 @@ class PolicySpec:
 
     @property
     def name(self) -> str:
-        """The canonical spelling: keys sorted, numbers without trailing zeros. Results,
-        JSON keys and log lines use it."""
+        """The canonical spelling: keys sorted, numbers without leading or trailing zeros
+        (``evaluations=050`` is ``evaluations=50``). Results, JSON keys and log lines use
+        it. A parameter given at its default stays in the name (``portfolio`` and
+        ``portfolio:fairness=0.75`` are two names of one policy): results recorded under
+        either keep their keys."""
         if not self.texts:
             return self.base
         return self.base + ":" + ",".join(f"{k}={t}" for k, t in self.texts)
@@ -89,7 +92,8 @@ def parse(text: str, parameters: Callable[[str], Mapping[str, Parameter] | None]
         if key in values:
             raise BadPolicyName(f"policy {base!r}: {key} given twice")
         values[key] = known[key].value(base, value)
-        texts[key] = f"{values[key]:g}" if isinstance(values[key], float) else value
+        v = values[key]
+        texts[key] = f"{v:g}" if isinstance(v, float) else str(v) if isinstance(v, int) else value
     keys = sorted(values)
     return PolicySpec(base, tuple((k, values[k]) for k in keys), tuple((k, texts[k]) for k in keys))
 
