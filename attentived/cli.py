@@ -620,7 +620,7 @@ def shadow_report(
 ) -> None:
     """Compare Slurm as observed in shadow mode with attentived's policy replayed on the same
     arrivals: projected change in JCT, wait fairness (Jain) and communication cost."""
-    from attentived.agents.registry import make_policy
+    from attentived.agents.registry import expand, make_policy
     from attentived.agents.spec import BadPolicyName
     from attentived.daemon.config import is_learned
     from attentived.daemon.observe import ShadowError, read_observations
@@ -648,7 +648,7 @@ def shadow_report(
             topo, _src = load_topology(cluster_file=cfg.cluster_file, gres_conf=cfg.gres_conf,
                                        topology_conf=cfg.topology_conf, slurm_conf=cfg.slurm_conf)
         policies = []
-        for name in policy or [cfg.policy]:
+        for name in expand(policy) if policy else [cfg.policy]:  # a policy given twice is an error
             policies.append(make_policy(name, cfg.seed, model=(cfg.model or None) if is_learned(name) else None))
         report = sh.build_report(rows, topo, policies, since=t0, until=t1,
                                  seed=cfg.seed if seed is None else seed, meta=meta)

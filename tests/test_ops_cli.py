@@ -222,12 +222,19 @@ def test_shadow_report_errors_and_output(site, tmp_path):
     assert doc["differences"]["fifo+consolidate"]["comm_cost"]["change"] < 0
     r = invoke("shadow-report", "-c", str(conf), "-p", "nonsense")
     assert r.exit_code == 2 and "unknown policy" in r.stderr
+    r = invoke("shadow-report", "-c", str(conf), "-p", "fifo", "-p", "fifo")
+    assert r.exit_code == 2 and "policy fifo given twice" in r.stderr
+    (tmp_path / "a-file").write_text("")
+    r = invoke("shadow-report", "-c", str(conf), "--out", str(tmp_path / "a-file"))
+    assert r.exit_code == 2 and "is a file, not a folder" in r.stderr
 
 
 def test_trace_export_errors(site, tmp_path):
     conf, state, fake = site
     r = invoke("trace", "export", "-c", str(conf), "-o", str(tmp_path / "t.csv"), "--since", "soon")
     assert r.exit_code == 2 and "--since" in r.stderr
+    r = invoke("trace", "export", "-c", str(conf), "-o", str(tmp_path))
+    assert r.exit_code == 2 and "is a folder; give a file name" in r.stderr
     r = invoke("trace", "export", "-c", str(conf), "-o", str(tmp_path / "t.csv"))
     assert r.exit_code == 1 and "no finished GPU job" in r.stderr and not (tmp_path / "t.csv").exists()
     fake.finish("101", at=fake.now + 100)
