@@ -148,6 +148,20 @@ def test_bad_windows_scales_and_output_paths_exit_2_before_the_run(tmp_path):
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
+def test_evaluate_writes_the_json_of_replay_counts_included():
+    from attentived.agents.learned import default_model_path
+
+    tiny = str(sample_path("tiresias-60"))
+    r = cli("evaluate", str(default_model_path("attentive")), "--trace", tiny, "--nodes", "4", "-p", "fifo", "--seeds", "2",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    replayed = json.loads(cli("replay", tiny, "--nodes", "4", "-p", "fifo", "--json").stdout)
+    assert list(doc["policies"]["fifo"]) == list(replayed["policies"]["fifo"]) == list(SUMMARY_KEYS)
+    assert doc["policies"]["fifo"]["jobs"] == replayed["policies"]["fifo"]["jobs"] == 60
+    assert '"jobs": 60,' in r.stdout  # a count, not 60.0
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_training_and_its_workers_and_says_how_to_resume(tmp_path):
     """What Ctrl-C in a terminal does: SIGINT to the whole process group."""
