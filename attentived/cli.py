@@ -80,6 +80,19 @@ def _unwritable_file(path: Path) -> str | None:
     return None
 
 
+def _model_for(name: str, model: Path | None, explicit: set[str]) -> bool:
+    """Whether ``--model`` goes to policy ``name``: every policy named explicitly (a model of
+    another agent is then refused), and of those ``all`` brings, the ones of the model's
+    agent (the others keep their shipped models)."""
+    if model is None or name in explicit:
+        return model is not None
+    from attentived.agents.checkpoint import load_model
+    from attentived.agents.learned import AGENT_OF, POLICIES
+
+    base = name.partition(":")[0]
+    return base in POLICIES and AGENT_OF.get(base, base) == load_model(model).agent
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"attentived {__version__}")
@@ -148,7 +161,8 @@ def replay(
     max_jobs: int | None = typer.Option(None, "--max-jobs", help="Keep only the first N jobs after the other filters."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout (see README for the shape)."),
     out: Path | None = typer.Option(None, "--out", help="Also write metrics.json, jobs.csv and PNG plots into this folder."),
-    model: Path | None = typer.Option(None, "--model", help="Model file for learned policies (default: the shipped model)."),
+    model: Path | None = typer.Option(None, "--model", help="Model file for the learned policies named (default: the shipped model); of those "
+                                                              "'all' brings, for the model's own agent's."),
 ) -> None:
     """Replay a job trace in the simulator under one or more policies and compare them.
 
@@ -182,9 +196,10 @@ def replay(
         if out is not None and (problem := _unwritable_folder(out)):
             raise _fail(f"--out: {problem}")
         names = expand(policy)
-        policies = [make_policy(n, seed, model=str(model) if model else None) for n in names]
+        explicit = set(expand([p for p in policy if p != "all"]))
+        policies = [make_policy(n, seed, model=str(model) if _model_for(n, model, explicit) else None) for n in names]
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
-        policies, notes = runnable(names, policies, set(expand([p for p in policy if p != "all"])), topo)
+        policies, notes = runnable(names, policies, explicit, topo)
         for note in notes:
             typer.echo(note, err=True)
         tr = load_trace(

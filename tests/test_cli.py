@@ -222,6 +222,10 @@ def test_a_model_of_another_agent_is_refused(tmp_path):
 
     r = cli("replay", "--sample", "tiresias-60", "--policy", "deeprm", "--model", str(default_model_path("attentive")))
     assert r.returncode == 2 and "a model of the attentive agent, not deeprm" in r.stderr
+    # with every policy (the default), the model goes to its own agent's policies only
+    r = cli("replay", "--sample", "tiresias-60", "--model", str(default_model_path("deeprm")), "--json")
+    assert r.returncode == 0, r.stderr
+    assert {"deeprm", "attentive", "fifo"} <= set(json.loads(r.stdout)["policies"])
     r = cli("train", "--agent", "dqn", "--steps", "10")
     assert r.returncode == 2 and "unknown agent 'dqn'" in r.stderr and "proximity-drl" in r.stderr
 
