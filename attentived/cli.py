@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -372,7 +373,7 @@ def train(
     )
 
     with _bad_input():
-        chosen: dict[str, object] = {}
+        chosen: dict[str, Any] = {}
         if days is not None:
             try:
                 lo, hi = (float(x) for x in days.split(":"))

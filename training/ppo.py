@@ -650,11 +650,11 @@ def evaluate(
         result = replay(trace, topology, policies, seed=seed)
         for name, run in result.runs.items():
             runs.setdefault(name, []).append(run.summary)
-    means = {name: {k: _mean([s[k] for s in summaries]) for k in summaries[0]} for name, summaries in runs.items()}
+    means = {name: {k: _seed_mean([s[k] for s in summaries]) for k in summaries[0]} for name, summaries in runs.items()}
     return Evaluation(trace.name, {"nodes": len(topology.nodes), "gpus": topology.num_gpus}, tuple(seeds), means)
 
 
-def _mean(values: list) -> float | int:
+def _seed_mean(values: list) -> float:
     """The mean over seeds; a count every seed agrees on (jobs, users) stays a whole
     number, as `replay --json` writes it."""
     if all(isinstance(v, int) for v in values) and len(set(values)) == 1:
