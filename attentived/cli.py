@@ -500,6 +500,16 @@ def _ops_config(config: Path | None, as_json: bool):
         raise _ops_error(e, as_json) from None
 
 
+def _ops_window(since: str | None, until: str | None, as_json: bool) -> tuple[float | None, float | None]:
+    """``--since`` and ``--until`` as times, refused when the window is empty."""
+    from attentived.ops.inspect import InspectError
+
+    t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
+    if t0 is not None and t1 is not None and t1 <= t0:
+        raise _ops_error(InspectError(f"--until ({until}) must be after --since ({since})", 2), as_json)
+    return t0, t1
+
+
 def _ops_time(value: str | None, option: str, as_json: bool) -> float | None:
     from attentived.ops.inspect import InspectError, parse_time
 
@@ -646,7 +656,7 @@ def shadow_report(
     from . import render_ops
 
     cfg = _ops_config(config, as_json)
-    t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
+    t0, t1 = _ops_window(since, until, as_json)
     if out is not None and (problem := _unwritable_folder(out)):
         raise _ops_error(ins.InspectError(f"--out: {problem}", 2), as_json)
     try:
@@ -708,7 +718,7 @@ def trace_export(
     from . import render_ops
 
     cfg = _ops_config(config, as_json)
-    t0, t1 = _ops_time(since, "--since", as_json), _ops_time(until, "--until", as_json)
+    t0, t1 = _ops_window(since, until, as_json)
     if problem := _unwritable_file(output):
         raise _ops_error(ins.InspectError(f"--output: {problem}", 2), as_json)
     try:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -46,7 +47,7 @@ def comparison_table(rep: Replay, console: Console | None = None) -> None:
 def summary_table(title: str, summaries: Mapping[str, Mapping[str, float]], console: Console | None = None) -> None:
     """One row per policy from ``simulator.metrics.summarize`` dicts (or their means)."""
     console = console or _console()
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")  # a trace's name is not markup
     cols = (
         ("policy", None),
         ("avg JCT", "avg_jct"),
@@ -121,7 +122,8 @@ def policy_list(presets: Mapping, orders: Mapping, placers: Mapping, learned: Ma
     """Every policy name ``--policy`` takes; ``parameters`` maps a policy to the
     `Parameter`s it takes (``NAME:KEY=VALUE``)."""
     console = console or _console()
-    t = Table(title="presets (`--policy NAME`; `--policy all` runs these)", title_justify="left")
+    t = Table(title="presets (`--policy NAME`; `--policy all` runs these and the learned policies below)",
+              title_justify="left")
     for c in ("name", "order", "placement", "backfill", "what"):
         t.add_column(c)
     for name, p in presets.items():

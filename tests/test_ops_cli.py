@@ -222,6 +222,8 @@ def test_shadow_report_errors_and_output(site, tmp_path):
     assert doc["differences"]["fifo+consolidate"]["comm_cost"]["change"] < 0
     r = invoke("shadow-report", "-c", str(conf), "-p", "nonsense")
     assert r.exit_code == 2 and "unknown policy" in r.stderr
+    r = invoke("shadow-report", "-c", str(conf), "--since", "2h", "--until", "3h")  # both ago: ends before it starts
+    assert r.exit_code == 2 and "--until (3h) must be after --since (2h)" in r.stderr
     r = invoke("shadow-report", "-c", str(conf), "-p", "fifo", "-p", "fifo")
     assert r.exit_code == 2 and "policy fifo given twice" in r.stderr
     (tmp_path / "a-file").write_text("")
