@@ -241,6 +241,20 @@ def provenance(command: str | None) -> dict[str, Any]:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+RESUMABLE = ("total_steps", "time_budget_s", "out_dir", "train_trace", "env_workers", "torch_threads", "update_threads",
+             "device")
+"""What a ``--resume`` may set anew: how long and where it runs, not what it learns (a run
+is the same with any number of workers or threads; a longer one keeps its schedules; a
+trace file may have moved)."""
+
+
+def _changed_settings(started: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The settings, other than `RESUMABLE`, in which ``now`` differs from the run's start
+    (both `PPOConfig.as_dict`); a key the run's version did not have is taken as unchanged."""
+    return [k for k in now if k not in RESUMABLE and k in started
+            and json.dumps(started[k], sort_keys=True) != json.dumps(now[k], sort_keys=True)]
+
+
 RUN_FILES = ("checkpoint.pt", "best.pt", "final.pt")
 """What a run leaves in its out_dir that a later run there would take for its own."""
 
@@ -281,6 +295,10 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False, command: 
         model, opt_state, prog = load_training(checkpoint)
         if (model.agent, model.window, model.max_candidates) != (cfg.agent, cfg.window, cfg.max_candidates):
             raise ValueError(f"{checkpoint}: agent/window/candidates differ from the config; cannot resume")
+        changed = _changed_settings(model.meta.get("config", {}), cfg.as_dict())
+        if changed:
+            raise CheckpointError(f"{checkpoint}: the run was started with other settings ({', '.join(changed)}); a "
+                                  f"resume continues it as it was (only {', '.join(RESUMABLE)} may change)")
         net.load_state_dict(model.net.state_dict())
         optimizer.load_state_dict(opt_state)
         start_update, global_step = prog["update"] + 1, prog["global_step"]

@@ -155,6 +155,8 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     cfg = tiny_config(tmp_path, time_budget_s=0.0)  # stops (and checkpoints) after one update
     train(cfg, progress=False)
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1"]
+    with pytest.raises(CheckpointError, match=r"started with other settings \(seed, learning_rate\)"):
+        train(tiny_config(tmp_path, learning_rate=1e-3, seed=9), progress=False, resume=True)  # what it learns
     train(tiny_config(tmp_path), progress=False, resume=True)
     assert [r["update"] for r in _rows(Path(cfg.out_dir) / "metrics.csv")] == ["1", "2"]
 
