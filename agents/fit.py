@@ -196,6 +196,17 @@ class Fit:
         return _node_gpus(topo, nodes) if run.exclusive else run.gpus
 
 
+def when_all_end(state: ClusterState) -> tuple[np.ndarray, Fit]:
+    """The GPUs that are up (free, or running a job) and the account once every running
+    job has ended (their CPUs and memory back; what holds no GPU stays): what a job can
+    ever get on the cluster as it is up. A job that gets too few GPUs of it never starts."""
+    up = state.free.copy()
+    fit = Fit.of(state)
+    for run in state.running:
+        up[list(fit.release(run))] = True
+    return up, fit
+
+
 def kept_for(job: PendingJob, gpus: Sequence[int], topology: Topology) -> tuple[int, ...]:
     """The GPUs ``job`` keeps from other jobs on ``gpus``: its own, or every GPU of its
     nodes when it is exclusive. What a hold of it must keep from the jobs behind it: an

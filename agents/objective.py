@@ -78,6 +78,7 @@ import numpy as np
 from attentived.topology import Topology
 from attentived.topology.speed import SpeedModel
 
+from .fit import Fit, when_all_end
 from .order import estimated_runtimes
 from .state import ClusterState
 
@@ -336,7 +337,10 @@ class LookAhead:
         chosen: list[int] = []
         seen: set[int] = set()
 
+        ever: tuple[np.ndarray, Fit] | None = None  # the cluster once every running job ends
+
         def ok(r: int) -> bool:
+            nonlocal ever
             if not eligible[r]:
                 return False
             job = pending[r]
@@ -345,6 +349,14 @@ class LookAhead:
                 if int((node_up >= per).sum()) < job.num_nodes:
                     return False
                 shaped[r] = (per, job.num_nodes)
+            if job.placement_constrained or (state.nodes is not None and job.asks_resources):
+                # a job Slurm can never place (its GPU type, -w, CPUs...) is no candidate:
+                # planned to start now, it would be the only job let start, and start never
+                if ever is None:
+                    ever = when_all_end(state)
+                up, fit = ever
+                if int(np.count_nonzero(fit.usable(job, up))) < job.num_gpus:
+                    return False
             return True
 
         guarded = protected_first(state, est, urgency, self.protect)

@@ -24,7 +24,7 @@ def estimated_runtime(job: PendingJob, state: ClusterState) -> float:
     if job.time_limit is None:
         return math.inf
     accuracy = state.user(job.user).limit_accuracy
-    return job.time_limit * (accuracy if accuracy is not None else 1.0)
+    return job.time_limit * (accuracy or 1.0)  # 0.0 (jobs that ran 0 s) is no history, as `estimated_runtimes` reads it
 
 
 def estimated_runtimes(state: ClusterState) -> np.ndarray:

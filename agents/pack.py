@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .fit import Fit
+from .fit import Fit, when_all_end
 from .placement import Consolidate, on_fullest_nodes, packed
 from .plan import Plan
 from .policy import Ranking, Scheduler, releases_short_of
@@ -149,11 +149,7 @@ class PackedPlacer:
         """The GPUs that are up (free or running a job) and the account once every running
         job has ended: each node's CPUs and memory as it has them, less what holds no GPU."""
         if self._up is None:
-            up = state.free.copy()
-            fit = Fit.of(state)
-            for run in state.running:
-                up[list(fit.release(run))] = True
-            self._up = up, fit
+            self._up = when_all_end(state)
         return self._up
 
 

@@ -20,7 +20,7 @@ from attentived.agents.policy import Scheduler
 from attentived.agents.state import PendingJob, RunningJob, UserStats
 from attentived.topology import uniform
 
-from .conftest import job, make_state
+from .conftest import capacity, job, make_state
 
 CHOOSERS = (Genetic, Annealing)
 ALL_CHOOSERS = (Genetic, Annealing, Portfolio)
@@ -318,3 +318,22 @@ def test_a_split_is_priced_as_a_busy_cluster_makes_it(lab):
     assert table.row("cifar10", 8)[2] == pytest.approx(landed)
     assert landed > 1.3 * best_case
     assert table.row("cifar10", 8)[1] == 1.0 and len(table.row("cifar10", 8)) == 5  # up to 4 nodes
+
+
+@pytest.mark.parametrize("backfill", [False, True])
+def test_a_job_slurm_can_never_place_is_no_candidate_of_the_look_ahead(backfill):
+    """An idle a100 node, an h100 job first: planned to start now, it was the only job let
+    start, never started, and with nothing running the cluster idled for good."""
+    topo = uniform(1, 8, nodes_per_switch=1)
+    never = job("h100", gpus=8, limit=60.0, gpu_type="h100")
+    state = make_state(topo, [never, job("any", gpus=8, limit=3600.0, submit=1.0)], nodes=capacity(topo, gpu_type="a100"))
+    plan = Scheduler(Portfolio(seed=0), Consolidate(), backfill=backfill).decide(state)
+    assert [s.job_id for s in plan.starts] == ["any"]
+
+
+def test_one_jobs_estimate_and_the_queues_agree_when_a_user_ran_nothing_but_zero_second_jobs(lab):
+    from attentived.agents.order import estimated_runtime, estimated_runtimes
+
+    s = make_state(lab, [job("a", 1, user="zed", limit=3600.0)], users={"zed": UserStats(jobs=2, limit_seconds=7200.0, limited_jobs=2)})  # ran 0 s
+    assert s.user("zed").limit_accuracy == 0.0
+    assert estimated_runtime(s.pending[0], s) == estimated_runtimes(s)[0] == 3600.0
