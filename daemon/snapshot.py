@@ -36,7 +36,7 @@ import numpy as np
 from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 
-from .records import SlurmJob, SlurmReservation, Snapshot, in_partitions, job_number
+from .records import SlurmJob, SlurmNode, SlurmReservation, Snapshot, in_partitions, job_number
 
 #: Seconds of clock difference tolerated between the daemon and slurmctld when a new
 #: reservation's start time is compared with the moment the daemon asked for it.
@@ -221,7 +221,9 @@ def build_state(
         if _constrained(job, owned_pins.get(job.job_id), own):
             constrained.add(job.job_id)
     submits = _tie_break(list(managed.values()), now)
-    pending = [_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, avoid.get(job_id, ()))
+    outside = _outside_partitions(topo, slurm_nodes, {job.partition for job in managed.values()})
+    pending = [_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions,
+                            avoid.get(job_id, ()) + outside[job.partition])
                for job_id, job in managed.items()]
     counts["managed"] = len(pending)
     counts["running"] = len(running)
@@ -231,6 +233,19 @@ def build_state(
                  constrained=constrained, own_reservations=dict(own), own_exclusions=own_exclusions,
                  node_reasons=node_reasons, left_to_slurm=frozenset(leave_to_slurm),
                  running_gpus=running_gpus, warnings=warnings, counts=counts)
+
+
+def _outside_partitions(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], fields: set[str]) -> dict[str, tuple[str, ...]]:
+    """For each job ``partition`` field (``a`` or ``a,b``), the cluster's nodes in none of
+    its partitions: a job may not be placed there (Slurm takes a pin there from an operator,
+    then finds the job never runnable and sets its priority to 0). Empty, and cheap, when
+    every managed partition spans the same nodes."""
+    out = {}
+    for partition in fields:
+        parts = {p for p in partition.split(",") if p}
+        out[partition] = tuple(n.name for n in topo.nodes
+                           if (s := slurm_nodes.get(n.name)) is not None and not parts & set(s.partitions))
+    return out
 
 
 def _pending_job(job: SlurmJob, submit_time: float, own_pin: tuple[str, ...] | None, own_exclusion: bool,

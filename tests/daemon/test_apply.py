@@ -219,6 +219,20 @@ def test_a_pinned_job_held_instead_loses_its_pin_in_the_update_that_excludes_it(
     assert fake.jobs["1"].required_nodes == () and fake.jobs["1"].excluded_nodes == ("node1", "node3", "node4")
 
 
+def test_a_job_is_planned_only_on_nodes_of_its_partition():
+    """Two managed partitions on their own nodes: a job of `a` is never pinned to `b`'s
+    node3 (Slurm takes the pin, then finds the job never runnable and holds it at
+    priority 0), and its hold excludes `b`'s nodes, never its own."""
+    nodes = [SlurmNode(f"node{i}", "IDLE", gpus=8, gpu_type="h100", partitions=(part,))
+             for i, part in ((1, "a"), (2, "a"), (3, "b"), (4, "b"))]
+    run = [running("1", "root", "node1", range(8), partition="a"), running("2", "root", "node2", range(8), partition="a")]
+    fake = FakeBackend([*run, pending("10", "alice", 4, partition="a"), pending("11", "bob", 4, partition="b", t=1)],
+                       nodes, now=NOW)
+    plan, desired, actions = cycle(fake, policy="fifo+consolidate+backfill", partitions=("a", "b"))
+    assert "10" not in desired.pins and desired.pins["11"] in (("node3",), ("node4",))
+    assert [h.job_id for h in plan.holds] == ["10"] and set(desired.exclusions["10"]) >= {"node3", "node4"}
+
+
 def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted():
     attach = dataclasses.replace(S, hold_mode="attach")
     fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
