@@ -64,7 +64,7 @@ INELIGIBLE_REASONS = frozenset({
     "Dependency", "DependencyNeverSatisfied", "BeginTime", "JobHeldUser", "JobHeldAdmin",
     "PartitionDown", "PartitionInactive", "PartitionTimeLimit", "PartitionNodeLimit",
     "PartitionConfig", "InvalidAccount", "InvalidQOS", "BadConstraints", "ReservationDeleted",
-    "FrontEndDown", "NodeDown", "Reservation",
+    "FrontEndDown", "NodeDown", "Reservation", "JobHoldMaxRequeue", "BurstBufferOperation",
 })
 _INELIGIBLE_PREFIXES = ("Assoc", "QOS", "MaxCpuPerAccount", "MaxGRESPerAccount", "MaxJobsPerAccount")
 

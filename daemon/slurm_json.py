@@ -362,7 +362,10 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
     held = bool(held_flag) if isinstance(held_flag, bool) else False
     if reason.startswith(("JobHeldUser", "JobHeldAdmin")):
         held = True
-    elif held_flag is None and state == "PENDING" and priority == 0 and reason.startswith("JobHeld"):
+    elif held_flag is None and state == "PENDING" and priority == 0:
+        # 22.05 has no `hold` field: a pending job at priority 0 is held whatever its reason
+        # (JobHoldMaxRequeue, BurstBufferOperation, BadConstraints...); Slurm refuses a
+        # priority for it, and would keep a pin the plan gave it
         held = True
     limit = number(rec.get("time_limit"), "time_limit", src)
     indices = _job_gpu_indices(rec, nodes, src)

@@ -227,3 +227,16 @@ def test_any_value_in_any_job_field_is_handled(key, value):
         parse_squeue(json.dumps(data))
     except SlurmParseError:
         pass
+
+
+@pytest.mark.parametrize("reason", ["JobHoldMaxRequeue", "BurstBufferOperation", "BadConstraints"])
+def test_a_22_05_job_at_priority_0_is_held_whatever_its_reason(reason):
+    """22.05's JSON has no `hold` field: a pending job at priority 0 is held (Slurm refuses
+    a new priority for it, and a pin would stay on it), not only under JobHeld* reasons."""
+    doc = json.loads((R22 / "squeue.json").read_text())
+    scenario = json.loads((R22 / "scenario.json").read_text())["jobs"]
+    rec = next(j for j in doc["jobs"] if j["job_id"] == scenario["pend_a"])
+    assert "hold" not in rec
+    doc["jobs"] = [{**rec, "state_reason": reason, "priority": 0}]
+    (job,) = parse_squeue(json.dumps(doc)).jobs
+    assert job.pending and job.held and not job.eligible
