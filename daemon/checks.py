@@ -15,6 +15,12 @@ plan exactly only under some settings:
   reach the daemon's band and be taken for its own.
 - ``GresTypes`` must include ``gpu`` and ``SelectType`` should be ``select/cons_tres``
   (GPU indices per job).
+- ``SchedulerParameters`` with ``disable_job_shrink`` (advised): slurmctld reads an
+  operator's ``ReqNodeList`` on a *running* job as a shrink to those nodes (``_update_job``
+  in job_mgr.c). A pin sent to a job Slurm started between the snapshot and the update is
+  refused when the pin is not within the job's nodes, the usual case; a job that Slurm
+  started on more nodes than the plan pinned (a ``--gpus`` job spread wider) would lose the
+  others. With the setting Slurm refuses every such update.
 - ``command_timeout`` above 5 s with slurmdbd before 24.11: Slurm holds an update of a job
   slurmdbd has not registered for 5 s before refusing it (daemon/unregistered.py); a
   shorter timeout sees no answer, which reads as slurmctld gone.
@@ -83,6 +89,11 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
             f"command_timeout = {command_timeout:g} s: Slurm {conf.get('SLURM_VERSION', '?')} holds an update of a job "
             f"slurmdbd has not registered yet for {DB_INDEX_HOLD:g} s before refusing it; with a shorter timeout that "
             "refusal looks like slurmctld not answering. Set command_timeout above 5")))
+    if "disable_job_shrink" not in conf.get("SchedulerParameters", ""):
+        out.append(Finding("info", "SchedulerParameters", (
+            "no disable_job_shrink: Slurm reads a ReqNodeList on a running job as a request to shrink it to those "
+            "nodes, so a pin that reaches a job Slurm started a moment before could drop nodes from it (only a job "
+            "on more nodes than planned, rare); with disable_job_shrink Slurm refuses such a pin")))
     if conf.get("TopologyPlugin", "") in ("", "topology/none", "(null)"):
         out.append(Finding("info", "TopologyPlugin", "no topology plugin: switches come from topology.conf or the cluster file only"))
     return out

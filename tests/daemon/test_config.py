@@ -82,6 +82,9 @@ def test_slurm_settings_are_checked():
     assert "priority/basic" in found["PriorityType"].message
     assert "2000000 >= priority_floor" in found["PriorityWeight*"].message
     assert found["GresTypes"].level == "error" and "SelectType" in found
+    assert "disable_job_shrink" in found["SchedulerParameters"].message  # the lab's Slurm permits shrinking
+    shrink = dict(conf, SchedulerParameters="disable_job_shrink,bf_interval=1")
+    assert "SchedulerParameters" not in {f.key for f in check_slurm_config(shrink)}
 
 
 def test_a_timeout_too_short_for_slurms_db_index_refusal_is_named():
