@@ -143,6 +143,9 @@ class SlurmJob:
     comment: str = ""
     admin_comment: str = ""
     array: bool = False
+    #: A component of a heterogeneous job (``het_job_id``): Slurm starts all components or
+    #: none, which a plan of one job at a time cannot promise, so such jobs are left to Slurm.
+    heterogeneous: bool = False
     cpus: int = 0
     mem_per_node: int = 0
     mem_per_cpu: int = 0
@@ -164,8 +167,9 @@ class SlurmJob:
 
     @property
     def eligible(self) -> bool:
-        """Pending, not held, and not waiting on something the daemon cannot change."""
-        if not self.pending or self.held:
+        """Pending, not held, not a heterogeneous job's component, and not waiting on
+        something the daemon cannot change."""
+        if not self.pending or self.held or self.heterogeneous:
             return False
         reason = self.reason.split(",")[0].strip()
         return reason not in INELIGIBLE_REASONS and not reason.startswith(_INELIGIBLE_PREFIXES)

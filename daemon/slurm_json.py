@@ -403,6 +403,7 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
         comment=text(rec.get("comment"), "comment", src),
         admin_comment=text(rec.get("admin_comment"), "admin_comment", src),
         array=state == "PENDING" and (bool(array_str) or bool(number(rec.get("array_job_id"), "array_job_id", src))),
+        heterogeneous=bool(number(rec.get("het_job_id"), "het_job_id", src)),
         cpus=cpus,
         mem_per_node=number(rec.get("memory_per_node"), "memory_per_node", src) or 0,
         mem_per_cpu=number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0,

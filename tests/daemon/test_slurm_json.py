@@ -240,3 +240,18 @@ def test_a_22_05_job_at_priority_0_is_held_whatever_its_reason(reason):
     doc["jobs"] = [{**rec, "state_reason": reason, "priority": 0}]
     (job,) = parse_squeue(json.dumps(doc)).jobs
     assert job.pending and job.held and not job.eligible
+
+
+@pytest.mark.parametrize("version", sorted(RECORDINGS))
+def test_a_heterogeneous_jobs_components_are_left_to_slurm(version):
+    """Slurm starts all components of a heterogeneous job or none: a plan that pins one
+    component would keep its GPUs idle while another waits (docs/daemon.md, Limits)."""
+    doc = json.loads((RECORDINGS[version] / "squeue.json").read_text())
+    scenario = json.loads((RECORDINGS[version] / "scenario.json").read_text())["jobs"]
+    rec = next(j for j in doc["jobs"] if (j["job_id"]["number"] if isinstance(j["job_id"], dict) else j["job_id"])
+               == scenario["pend_a"])
+    het = rec["het_job_id"]
+    doc["jobs"] = [rec, {**rec, "het_job_id": {**het, "number": 700} if isinstance(het, dict) else 700}]
+    plain, component = parse_squeue(json.dumps(doc)).jobs
+    assert plain.eligible and not plain.heterogeneous
+    assert component.heterogeneous and component.pending and not component.eligible
