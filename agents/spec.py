@@ -93,7 +93,12 @@ def parse(text: str, parameters: Callable[[str], Mapping[str, Parameter] | None]
             raise BadPolicyName(f"policy {base!r}: {key} given twice")
         values[key] = known[key].value(base, value)
         v = values[key]
-        texts[key] = f"{v:g}" if isinstance(v, float) else str(v) if isinstance(v, int) else value
+        if isinstance(v, bool):
+            texts[key] = "1" if v else "0"
+        elif isinstance(v, float | int):
+            texts[key] = f"{v:g}" if isinstance(v, float) else str(v)
+        else:
+            texts[key] = value
     keys = sorted(values)
     return PolicySpec(base, tuple((k, values[k]) for k in keys), tuple((k, texts[k]) for k in keys))
 

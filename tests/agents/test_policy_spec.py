@@ -18,6 +18,7 @@ def test_canonical_names_sort_keys_and_write_numbers_plainly(tmp_path):
     assert spec.kwargs() == {"fairness": 0.25, "model": str(model)}
     assert parse_name("sjf+consolidate").name == "sjf+consolidate" and parse_name("fifo").params == ()
     assert parse_name("genetic:evaluations=050").name == "genetic:evaluations=50"  # whole numbers too
+    assert parse_name("fifo:pack=1").name == "fifo:pack=1" and parse_name("fifo:pack=0").name == "fifo:pack=0"
 
 
 def test_which_policies_take_which_parameters():
