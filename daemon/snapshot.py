@@ -10,7 +10,10 @@
 - ``nodes`` (``NodeCapacity``) holds each node's free CPUs and memory, whether it is idle
   (for ``--exclusive``), its GPU type and features: what slurmctld checks besides GPUs.
 - ``running`` holds every job holding GPUs (any partition: they occupy the cluster), with
-  the GPU indices Slurm gave them.
+  the GPU indices Slurm gave them on nodes that take jobs: GPUs on a node that is drained
+  or down do not come back when the job ends, so no hold or look-ahead plans on them (a
+  job held there in ``block`` mode, excluded from every other node, would never start).
+  A job wholly on such nodes is left out (its GPUs stay busy).
 - ``pending`` holds the jobs the daemon manages: in a managed partition (all of them, for a
   job submitted to several), eligible (not held, no unmet dependency or begin time), asking
   for at least one GPU, with their CPUs, memory, ``--exclusive``, GPU type, ``-w``, ``-x``
@@ -172,6 +175,7 @@ def build_state(
     capacity = _capacity(snap, topo)
 
     # running jobs and their GPUs
+    out_of_service = {topo.node_index[n] for n, snode in slurm_nodes.items() if not snode.usable and n in topo.node_index}
     running: list[RunningJob] = []
     running_gpus: dict[str, tuple[int, ...]] = {}
     for job in snap.jobs:
@@ -182,8 +186,11 @@ def build_state(
             continue
         free[list(gpus)] = False
         running_gpus[job.job_id] = gpus
+        back = gpus if not out_of_service else tuple(g for g in gpus if int(topo.gpu_node[g]) not in out_of_service)
+        if not back:
+            continue
         running.append(RunningJob(
-            job_id=job.job_id, user=job.user, gpus=gpus, submit_time=job.submit_time or now,
+            job_id=job.job_id, user=job.user, gpus=back, submit_time=job.submit_time or now,
             start_time=job.start_time or now, time_limit=job.time_limit, cpus=job.cpus,
             mem=job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus, exclusive=job.exclusive,
         ))

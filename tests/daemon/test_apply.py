@@ -233,6 +233,20 @@ def test_a_job_is_planned_only_on_nodes_of_its_partition():
     assert [h.job_id for h in plan.holds] == ["10"] and set(desired.exclusions["10"]) >= {"node3", "node4"}
 
 
+def test_a_job_is_not_held_on_a_draining_node():
+    """node1's job ends first, but node1 is draining: its GPUs do not come back, and a job
+    held there (every other node excluded) would never start."""
+    nodes = [SlurmNode("node1", "ALLOCATED", flags=("DRAIN",), gpus=8, gpu_type="h100", partitions=("main",)),
+             SlurmNode("node2", "ALLOCATED", gpus=8, gpu_type="h100", partitions=("main",))]
+    run = [dataclasses.replace(running("1", "root", "node1", range(8)), time_limit=600),
+           dataclasses.replace(running("2", "root", "node2", range(8)), time_limit=36000)]
+    fake = FakeBackend([*run, pending("10", "alice", 8)], nodes, now=NOW)
+    plan, desired, _actions = cycle(fake)
+    (hold,) = plan.holds
+    assert hold.job_id == "10" and min(hold.gpus) >= 8  # on node2
+    assert desired.exclusions["10"] == ("node1",)
+
+
 def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted():
     attach = dataclasses.replace(S, hold_mode="attach")
     fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
