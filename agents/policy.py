@@ -181,8 +181,10 @@ def at_hold(fit: Fit, job: PendingJob, hold: Hold, state: ClusterState) -> Fit:
     topo = state.topology
     nodes = set(topo.gpu_node[list(hold.gpus)].tolist())
     then = fit.copy()
-    for run in state.running:
-        if run.expected_end(state.now) <= hold.expected_start and not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
+    for run in state.running_by_end:  # in the order they are expected to end
+        if run.expected_end(state.now) > hold.expected_start:
+            break
+        if not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
             then.release(run)
     then.take(job, hold.gpus)
     return then

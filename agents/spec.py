@@ -93,10 +93,12 @@ def parse(text: str, parameters: Callable[[str], Mapping[str, Parameter] | None]
             raise BadPolicyName(f"policy {base!r}: {key} given twice")
         values[key] = known[key].value(base, value)
         v = values[key]
-        if isinstance(v, bool):
+        if isinstance(v, bool):  # before int: a bool is one
             texts[key] = "1" if v else "0"
-        elif isinstance(v, float | int):
-            texts[key] = f"{v:g}" if isinstance(v, float) else str(v)
+        elif isinstance(v, float):
+            texts[key] = f"{v:g}"
+        elif isinstance(v, int):
+            texts[key] = str(v)
         else:
             texts[key] = value
     keys = sorted(values)

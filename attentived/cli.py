@@ -81,17 +81,21 @@ def _unwritable_file(path: Path) -> str | None:
     return None
 
 
-def _model_for(name: str, model: Path | None, explicit: set[str]) -> bool:
-    """Whether ``--model`` goes to policy ``name``: every policy named explicitly (a model of
-    another agent is then refused), and of those ``all`` brings, the ones of the model's
-    agent (the others keep their shipped models)."""
-    if model is None or name in explicit:
-        return model is not None
-    from attentived.agents.checkpoint import load_model
+def _model_takers(names: list[str], model: Path | None, explicit: set[str]) -> set[str]:
+    """The policies ``--model`` goes to: every one named explicitly (a model of another
+    agent is then refused), and of those ``all`` brings, the learned ones of the model's
+    agent (the others keep their shipped models). The model file is read once."""
+    if model is None:
+        return set()
     from attentived.agents.learned import AGENT_OF, POLICIES
 
-    base = name.partition(":")[0]
-    return base in POLICIES and AGENT_OF.get(base, base) == load_model(model).agent
+    brought = [n for n in names if n not in explicit and n.partition(":")[0] in POLICIES]
+    if not brought:
+        return explicit
+    from attentived.agents.checkpoint import load_model
+
+    agent = load_model(model).agent
+    return explicit | {n for n in brought if AGENT_OF.get(n.partition(":")[0], n.partition(":")[0]) == agent}
 
 
 def _version(value: bool) -> None:
@@ -198,7 +202,8 @@ def replay(
             raise _fail(f"--out: {problem}")
         names = expand(policy)
         explicit = set(expand([p for p in policy if p != "all"]))
-        policies = [make_policy(n, seed, model=str(model) if _model_for(n, model, explicit) else None) for n in names]
+        takers = _model_takers(names, model, explicit)
+        policies = [make_policy(n, seed, model=str(model) if n in takers else None) for n in names]
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
         policies, notes = runnable(names, policies, explicit, topo)
         for note in notes:
