@@ -1,7 +1,8 @@
 #!/bin/bash
 # Return a running lab to a clean state between tests (much cheaper than stop + start):
 # cancel every job, delete every reservation, restart a stopped MariaDB or slurmdbd and dead
-# slurmds, put partitions UP and every node back in service, and wait until all nodes are idle.
+# slurmds, put partitions UP (deleting any a test made) and every node back in service, and
+# wait until all nodes are idle.
 # Finished jobs stay visible in `squeue -t all` / `squeue --json`; job ids keep counting.
 #   bash reset.sh [--run DIR]       exit 0 when the lab is clean
 set -uo pipefail
@@ -28,6 +29,10 @@ for r in $(scontrol -o show reservation 2>/dev/null | sed -n 's/^ReservationName
     scontrol delete ReservationName="$r"
 done
 for part in main other; do scontrol update PartitionName="$part" State=UP; done
+# a test may have made a partition of its own: only the lab's two stay
+for part in $(scontrol -o show partition 2>/dev/null | sed -n 's/^PartitionName=\([^ ]*\).*/\1/p'); do
+    case "$part" in main | other) ;; *) scontrol delete PartitionName="$part" ;; esac
+done
 
 # a test may have killed a slurmd to fake a node failure: bring it back
 for ((i = 1; i <= NODES; i++)); do

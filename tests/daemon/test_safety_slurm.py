@@ -297,3 +297,57 @@ def test_plans_are_stable_and_sigterm_leaves_no_pin(clean_lab, tmp_path):
         assert len(set(places)) == len(places), (key, seen, orders)  # never back to where it was
         for cycle, _nodes in seen[1:]:
             assert cycle > 0 and orders[cycle] != orders[cycle - 1], (key, seen, orders)  # moved for no reason
+
+
+def test_a_job_is_placed_only_on_its_own_partitions_nodes(clean_lab, tmp_path):
+    """Two managed partitions over different nodes: ``edge`` is node4 alone, busy; nodes
+    1-3 idle. slurmctld accepts an operator's pin of an ``edge`` job onto node1, then finds
+    it never runnable there; the daemon must keep it to node4 and let it start there."""
+    lab = clean_lab
+    lab.run(["scontrol", "create", "PartitionName=edge", "Nodes=node4", "MaxTime=INFINITE", "State=UP"])
+    try:
+        full4 = submit(lab, None, "-w", "node4", "--gres=gpu:8", name="full4")
+        lab.wait_for_state(int(full4), "RUNNING", timeout=20)
+        edge = submit(lab, "alice", "-p", "edge", "--gres=gpu:2", name="edge")
+        eng = runner_for(lab, tmp_path, partitions=("main", "edge"))
+        for _ in range(3):
+            res = eng.run_cycle()
+            assert res.ok and res.failed == 0, (res.error, [(o.action.describe(), o.error) for o in res.outcomes if not o.ok])
+            for placed in (*res.plan_doc["starts"], *res.plan_doc["holds"]):
+                if placed["job"] == edge:
+                    assert placed["nodes"] == ["node4"], placed
+            now = jobs_now(lab)[edge]
+            assert now["JobState"] == "PENDING" and pins(lab).get(edge) in (None, "node4"), now
+            assert int(now["Priority"]) > 0, now  # Slurm did not give up on it
+            time.sleep(1.0)
+        lab.run(["scancel", full4])
+        lab.wait_for_state(int(edge), "RUNNING", timeout=20)
+        assert jobs_now(lab)[edge]["NodeList"] == "node4"
+    finally:
+        lab.run(["scancel", "-p", "edge"])
+        wait_until(lambda: not [j for j, d in jobs_now(lab).items() if d.get("Partition") == "edge"
+                                and d["JobState"] in ("PENDING", "RUNNING", "COMPLETING")], what="edge jobs gone")
+        lab.run(["scontrol", "delete", "PartitionName=edge"])
+
+
+def test_a_held_job_is_not_kept_for_a_draining_node(clean_lab, tmp_path):
+    """node2's job ends first, but node2 is draining: its GPUs will not come back. An
+    8-GPU job held for node2 (every other node excluded) would never start; it must be
+    held for node1, whose job ends next, and start there."""
+    lab = clean_lab
+    limits = {1: 5, 2: 3, 3: 10, 4: 20}
+    full = {i: submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", str(t), name=f"full{i}")
+            for i, t in limits.items()}
+    for job in full.values():
+        lab.wait_for_state(int(job), "RUNNING", timeout=20)
+    lab.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=attentived-test"])
+    big = submit(lab, "alice", "--gres=gpu:8", name="big")
+    eng = runner_for(lab, tmp_path)
+    res = eng.run_cycle()
+    assert res.ok, res.error
+    assert [(h["job"], h["nodes"]) for h in res.plan_doc["holds"]] == [(big, ["node1"])], res.plan_doc["holds"]
+    assert exclusions(lab).get(big) == ["node2", "node3", "node4"]
+    lab.run(["scancel", full[2]])  # node2 frees, drained: nothing may start there
+    lab.run(["scancel", full[1]])
+    lab.wait_for_state(int(big), "RUNNING", timeout=20)
+    assert jobs_now(lab)[big]["NodeList"] == "node1"
