@@ -12,8 +12,10 @@ no longer meant. So the daemon keeps last cycle's placement when it is still as 
   held by one of its holds, and the job may use them beside the plan's other starts (CPUs,
   memory, type, features: ``agents.fit``);
 - a **hold** keeps last cycle's GPUs when they are not needed by this plan's starts or other
-  holds (as kept, or as planned where not kept: two holds that swapped keep their GPUs) and
-  are expected back no more than ``margin`` seconds after the new choice.
+  holds (as kept, or as planned where not kept: two holds that swapped keep their GPUs),
+  are expected back no more than ``margin`` seconds after the new choice, and the job may
+  start on them then beside the plan's starts (CPUs, memory, ``--exclusive``, type,
+  features, node list, exclusions).
 
 The plan's order and its choice of *which* jobs start are never changed, only where.
 """
@@ -76,9 +78,10 @@ def stabilize(plan: Plan, state: ClusterState, previous: Mapping[str, tuple[int,
         old = previous.get(h.job_id)
         if (old is not None and len(old) == len(h.gpus) and tuple(sorted(old)) != tuple(sorted(h.gpus))
                 and not (set(old) & taken) and h.job_id in jobs
-                and _shaped_like(state, jobs[h.job_id].num_nodes, old) and _allowed(state, jobs[h.job_id], old)):
+                and _shaped_like(state, jobs[h.job_id].num_nodes, old)):
             back = _expected_back(state, old)
-            if back is not None and back <= h.expected_start + margin:
+            if (back is not None and back <= h.expected_start + margin
+                    and _starts_there(state, fit, free, jobs[h.job_id], old, back)):
                 kept[k] = Hold(h.job_id, tuple(old), max(back, state.now))
     holds = _disjoint(plan.holds, kept)
     return replace(plan, starts=tuple(starts), holds=tuple(holds))
@@ -106,11 +109,22 @@ def _shaped_like(state: ClusterState, num_nodes: int | None, gpus: tuple[int, ..
     return len(counts) == num_nodes and len(set(counts.tolist())) == 1
 
 
-def _allowed(state: ClusterState, job: PendingJob, gpus: tuple[int, ...]) -> bool:
-    """The job's node list and exclusions (incl. nodes it stalled on) allow ``gpus``."""
+def _starts_there(state: ClusterState, fit: Fit, free: np.ndarray, job: PendingJob, gpus: tuple[int, ...],
+                  back: float) -> bool:
+    """Slurm would start ``job`` on ``gpus`` at ``back``, when they are all expected free:
+    the running jobs on their nodes that end by then released, beside this plan's starts
+    (``fit``, ``free``), by every check `Fit.usable` makes (CPUs, memory, ``--exclusive``,
+    type, features, node list, exclusions). A hold kept where the job cannot start keeps
+    it from every other node for nothing."""
     topo = state.topology
-    names = {topo.nodes[int(topo.gpu_node[g])].name for g in gpus}
-    return not (names & set(job.exclude)) and (not job.nodelist or names <= set(job.nodelist))
+    nodes = set(topo.gpu_node[list(gpus)].tolist())
+    then, room = fit.copy(), free.copy()
+    for run in state.running_by_end:
+        if run.expected_end(state.now) > back:
+            break
+        if not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
+            room[list(then.release(run))] = True
+    return bool(then.usable(job, room)[list(gpus)].all())
 
 
 def _expected_back(state: ClusterState, gpus: tuple[int, ...]) -> float | None:

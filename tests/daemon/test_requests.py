@@ -144,6 +144,25 @@ def test_a_start_goes_back_only_where_it_fits_beside_the_other_starts():
         assert back == ((2, 3) if cpus == 4 else (8, 9)), (exclusive, cpus)
 
 
+def test_a_hold_goes_back_only_where_the_held_job_can_start():
+    """H (2 GPUs, 6 CPUs, h100) was held on node0 last cycle and is planned on node1 now,
+    node1 back 1 s later. Once r0 ends node0 has 2 free CPUs (a CPU job keeps the rest), or
+    node0's GPUs are a100s: H could never start there, so the hold stays on node1."""
+    topo = uniform(2, 8, nodes_per_switch=2)
+    running = (RunningJob("r0", "root", (0, 1), NOW - 100, NOW - 50, time_limit=100, cpus=2),
+               RunningJob("r1", "root", (8, 9), NOW - 100, NOW - 50, time_limit=101, cpus=2))
+    free = np.ones(16, bool)
+    free[[0, 1, 8, 9]] = False
+    held = PendingJob("H", "bob", 2, NOW - 20, cpus=6, gpu_type="h100")
+    plan = Plan(order=("H",), holds=(Hold("H", (8, 9), NOW + 51),))
+    for cpus0, type0, back in ((6, "h100", True), (0, "h100", False), (6, "a100", False)):
+        cap = NodeCapacity(cpus=np.array([cpus0, 6]), mem=np.array([10**6] * 2), idle=np.array([False, False]),
+                           gpu_type=(type0, "h100"), features=(frozenset(), frozenset()))
+        state = ClusterState(now=NOW, topology=topo, free=free, pending=(held,), running=running, nodes=cap)
+        kept = stabilize(plan, state, {"H": (0, 1)}, margin=60).holds[0].gpus
+        assert kept == ((0, 1) if back else (8, 9)), (cpus0, type0)
+
+
 def test_the_hold_chain_holds_the_next_jobs_where_they_would_start():
     running = [RunningJob(f"r{i}", "root", tuple(range(8 * i, 8 * i + 8)), NOW - 100, NOW - 50, time_limit=100 + 10 * i)
                for i in range(4)]
