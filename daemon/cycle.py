@@ -35,7 +35,7 @@ from .chain import chain_holds
 from .checks import check_slurm_config
 from .config import Config
 from .connect import make_backend
-from .handback import hand_back
+from .handback import hand_back, release_partitions
 from .idle import IdleWatch
 from .journal import Journal
 from .notify import Notifier
@@ -51,7 +51,7 @@ from .records import (
     SlurmUnavailable,
     Snapshot,
 )
-from .snapshot import Built, build_state
+from .snapshot import Built, build_state, own_reservations
 from .stability import previous_placements, stabilize
 from .status import status_doc
 from .status import write_status as write_status_file
@@ -159,6 +159,7 @@ class CycleRunner:
         self.placements = PlacementTracker(self.journal, self.metrics, self.log)
         self.reservations = ReservationBook(self.journal)
         self._previous: dict[str, tuple[int, ...]] = {}  # last live plan's placements (stability)
+        self._dropped_from: tuple[str, ...] = ()  # partitions managed before a reload, until their jobs are handed back
         self.idle = IdleWatch()
         self.unregistered = Unregistered(retry=config.backoff_max)  # jobs Slurm will not let us update yet
         # Shadow mode (``attentived start --shadow``): plan and journal beside Slurm's own
@@ -202,6 +203,8 @@ class CycleRunner:
             if (config.cluster_file, config.gres_conf, config.topology_conf) != (
                     old.cluster_file, old.gres_conf, old.topology_conf) and self._fixed_topology is None:
                 self.topology = None
+            if config.partitions != old.partitions or not config.partitions:
+                self._dropped_from = tuple(dict.fromkeys((*self._dropped_from, *self.partitions)))
             self.partitions = config.partitions
             self.unregistered.retry = config.backoff_max
             self.setup_done = False  # re-resolve partitions, re-check Slurm settings
@@ -294,6 +297,8 @@ class CycleRunner:
         assert self.topology is not None
         if not res.dry_run:
             self._probe_unregistered(snap, res)
+            if self._dropped_from:
+                self._release_dropped(snap)
         # A slow decision (a model's first call, a large queue) sees a Slurm that has moved
         # on: read it back once, and decide again on the fresh picture if jobs started or
         # ended meanwhile, rather than send actions about a past state.
@@ -368,6 +373,19 @@ class CycleRunner:
                                      nodes=list(o.action.nodes) or None, ok=o.ok, error=o.error or None,
                                      overtaken=o.overtaken or None, unregistered=o.unregistered or None,
                                      dry_run=o.dry_run, reason=o.action.reason)
+
+    def _release_dropped(self, snap: Snapshot) -> None:
+        """After a reload that dropped partitions, give their pending jobs back to Slurm
+        (``handback.release_partitions``); kept to retry while an update fails."""
+        own = own_reservations(snap, self.reservations.owned(snap), self.config.reservation_prefix)
+        outcomes = release_partitions(snap, self._dropped_from, self.partitions, backend=self.backend,
+                                      settings=self.settings, own=own, left_to_slurm=self.unregistered.leave_out())
+        for o in outcomes:
+            getattr(self.log, "info" if o.ok else "error")(
+                "partitions.released", kind=o.action.kind, job=o.action.job_id, ok=o.ok, error=o.error or None,
+                partitions=[p for p in self._dropped_from if p not in self.partitions])
+        if all(o.ok for o in outcomes):
+            self._dropped_from = ()
 
     def _probe_unregistered(self, snap: Snapshot, res: CycleResult) -> None:
         """Jobs Slurm refused to update until slurmdbd registers them: forget those that

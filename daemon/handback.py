@@ -19,7 +19,7 @@ from .apply import Action, Outcome, Settings, execute, hand_back_actions
 from .backend import Backend
 from .journal import Journal
 from .ownership import ReservationBook
-from .records import Snapshot, job_number
+from .records import Snapshot, in_partitions, job_number
 from .snapshot import own_reservations
 
 #: Jobs per ``scontrol hold`` / ``release`` when priorities are reset.
@@ -43,13 +43,7 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
         log.warning("handback.left_to_slurm", jobs=left)
     if pins_only:
         actions = [a for a in actions if a.kind in ("unpin", "unexclude")]
-    outcomes = execute(actions, backend)
-    if reset:
-        for chunk in range(0, len(reset), CHUNK):
-            ids = reset[chunk : chunk + CHUNK]
-            for kind, fn in (("hold", backend.hold), ("release", backend.release)):
-                r = fn(ids)
-                outcomes.append(Outcome(Action(kind, ",".join(ids), reason="hand back priorities"), r.ok, r.error, r.argv))
+    outcomes = execute(actions, backend) + reset_priorities(backend, reset, reason="hand back priorities")
     journal.drop_pins([o.action.job_id for o in outcomes if o.action.kind == "unpin" and o.ok])
     journal.drop_exclusions([o.action.job_id for o in outcomes if o.action.kind == "unexclude" and o.ok])
     journal.drop_reservations([o.action.reservation for o in outcomes if o.action.kind == "reservation_delete" and o.ok])
@@ -65,3 +59,31 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
     except Exception:  # the hand-back happened; a journal that cannot say so must not hide it
         pass
     return outcomes
+
+
+def reset_priorities(backend: Backend, job_ids: Sequence[str], *, reason: str) -> list[Outcome]:
+    """Give priority/multifactor back the priorities of ``job_ids``: ``scontrol hold`` then
+    ``release`` (Slurm's documented way to drop an admin-set priority), in chunks."""
+    outcomes: list[Outcome] = []
+    for chunk in range(0, len(job_ids), CHUNK):
+        ids = list(job_ids[chunk : chunk + CHUNK])
+        for kind, fn in (("hold", backend.hold), ("release", backend.release)):
+            r = fn(ids)
+            outcomes.append(Outcome(Action(kind, ",".join(ids), reason=reason), r.ok, r.error, r.argv))
+    return outcomes
+
+
+def release_partitions(snap: Snapshot, before: Sequence[str], now: Sequence[str], *, backend: Backend,
+                       settings: Settings, own: Collection[str], left_to_slurm: Collection[str] = ()) -> list[Outcome]:
+    """Give Slurm back the pending jobs that ``before``'s partitions made the daemon's and
+    ``now``'s do not (a reload dropped their partition): out of the daemon's reservations
+    (``own``) and back to Slurm's priorities. Left alone, they would keep priorities above
+    every user's with nobody ordering them. Their pins and exclusions need nothing here:
+    a cycle removes every one of the daemon's that its plan does not want."""
+    left = frozenset(left_to_slurm)
+    jobs = [j for j in snap.jobs if j.pending and j.job_id not in left
+            and in_partitions(j, before) and not in_partitions(j, now)]
+    detach = [Action("detach", j.job_id, reservation=j.reservation, reason="partition no longer managed")
+              for j in jobs if j.reservation in own]
+    reset = [j.job_id for j in jobs if not j.held and settings.in_band(j.priority)]
+    return execute(detach, backend) + reset_priorities(backend, reset, reason="partition no longer managed")

@@ -351,3 +351,28 @@ def test_a_held_job_is_not_kept_for_a_draining_node(clean_lab, tmp_path):
     lab.run(["scancel", full[1]])
     lab.wait_for_state(int(big), "RUNNING", timeout=20)
     assert jobs_now(lab)[big]["NodeList"] == "node1"
+
+
+def test_a_partition_dropped_on_reload_gets_slurms_priorities_back(clean_lab, tmp_path):
+    """The daemon ordered jobs of ``main`` and ``other``; a reload drops ``other``. Its jobs
+    must not keep the daemon's priorities (above every user's) with no one managing them:
+    the next cycle gives them back to Slurm, and ``main``'s stay ordered."""
+    lab = clean_lab
+    for i in range(1, 5):
+        lab.wait_for_state(int(submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", name=f"full{i}")), "RUNNING", timeout=20)
+    kept = submit(lab, "alice", "--gres=gpu:2", name="kept")
+    dropped = submit(lab, "bob", "-p", "other", "--gres=gpu:2", name="dropped")
+    eng = runner_for(lab, tmp_path, partitions=("main", "other"))
+    res = eng.run_cycle()
+    assert res.ok, res.error
+    floor = eng.settings.priority_floor
+    assert all(int(jobs_now(lab)[j]["Priority"]) >= floor for j in (kept, dropped)), jobs_now(lab)
+    eng.reload(config_for(lab, tmp_path, partitions=("main",)))
+    res = eng.run_cycle()
+    assert res.ok, res.error
+    now = jobs_now(lab)
+    assert int(now[kept]["Priority"]) >= floor
+    assert 0 < int(now[dropped]["Priority"]) < floor, now[dropped]
+    assert now[dropped]["JobState"] == "PENDING" and "Held" not in now[dropped]["Reason"], now[dropped]
+    again = eng.run_cycle()  # once: the job is Slurm's now
+    assert again.ok and not [a for a in again.actions if a.job_id == dropped]
