@@ -410,7 +410,8 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False, command: 
                         approx_kl = ((ratio - 1) - logratio).mean()
                         clipfracs.append(((ratio - 1.0).abs() > cfg.clip_coef).float().mean().item())
                     adv = b_adv[mb]
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                    spread = adv.std() if adv.numel() > 1 else 1.0  # one row has none (std NaN): centred only
+                    adv = (adv - adv.mean()) / (spread + 1e-8)
                     pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
                     if cfg.clip_vloss:
                         v_clipped = b_values[mb] + (new_value - b_values[mb]).clamp(-cfg.clip_coef, cfg.clip_coef)

@@ -128,6 +128,17 @@ def test_training_writes_models_logs_and_is_reproducible(tmp_path):
     assert _timeless(rows) == _timeless(again)
 
 
+def test_a_minibatch_of_one_row_leaves_the_weights_finite(tmp_path):
+    """Advantages are normalised per minibatch; one row has no spread (its std is NaN),
+    which must not turn every weight into NaN."""
+    for agent in ("deeprm", "proximity-drl"):  # rows of 1 and 2, and of 1 only (no GPU phase)
+        cfg = tiny_config(tmp_path / agent, agent=agent, total_steps=3, num_envs=1, num_steps=3, num_minibatches=3,
+                          update_epochs=1)
+        train(cfg, progress=False)
+        model = load_model(Path(cfg.out_dir) / "final.pt")
+        assert all(torch.isfinite(v).all() for v in model.net.state_dict().values()), agent
+
+
 def test_the_teacher_term_weighs_each_transition_by_its_w():
     nll = torch.tensor([1.0, 2.0, 4.0, 8.0])
     w = torch.tensor([[0.0], [1.0], [0.5], [0.25]])
