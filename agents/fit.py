@@ -13,17 +13,19 @@ spread over its nodes in proportion to its GPUs there, rounded up, so on a node 
 takes ``k`` of its ``g`` GPUs it needs ``ceil(cpus * k / g)`` CPUs and ``mem_per_node`` MB
 (or ``mem_per_cpu`` MB per CPU); an exclusive job needs nodes where nothing runs and holds
 them whole, their other GPUs too; each node must have the job's GPU type and all its
-features and not be in its ``-x`` list. A ``-w`` list must be covered whole (Slurm puts the
-job on every node it names), so the job runs on exactly those nodes: one of them, or, for
-several, an exact set of GPUs touching each (a job that would need nodes beyond its list
-is left to Slurm). Without node capacity (``ClusterState.nodes`` is ``None``) only ``-w``,
-``-x`` and ``--exclusive`` (whole free nodes) can be honoured, and a job asking none of them
-costs nothing: `Fit.usable` returns the free mask itself, the simulator's fast path.
+features, be in one of its partitions and not in its ``-x`` list. A ``-w`` list must be
+covered whole (Slurm puts the job on every node it names), so the job runs on exactly those
+nodes: one of them, or, for several, an exact set of GPUs touching each (a job that would
+need nodes beyond its list is left to Slurm). Without node capacity (``ClusterState.nodes``
+is ``None``) only ``-w``, ``-x`` and ``--exclusive`` (whole free nodes) can be honoured, and
+a job asking none of them costs nothing: `Fit.usable` returns the free mask itself, the
+simulator's fast path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -88,8 +90,7 @@ class Fit:
         if self._capacity is None:
             return None
         assert self.cpus is not None and self.mem is not None and self.idle is not None
-        return NodeCapacity(cpus=self.cpus.copy(), mem=self.mem.copy(), idle=self.idle.copy(),
-                            gpu_type=self._capacity.gpu_type, features=self._capacity.features)
+        return replace(self._capacity, cpus=self.cpus.copy(), mem=self.mem.copy(), idle=self.idle.copy())
 
     # ---- the GPUs a job may use ----
 
@@ -99,7 +100,7 @@ class Fit:
         included) passes Slurm's checks. A node keeps only as many GPUs as the job's CPU
         and memory share there allows, its fullest NVLink islands' first."""
         sized = self.cpus is not None and job.asks_resources
-        if not (sized or job.placement_constrained):
+        if not (sized or job.placement_constrained or (self._capacity is not None and self._capacity.confines(job))):
             return free
         topo = self.topology
         node_free = topo.per_node(free)
@@ -137,8 +138,7 @@ class Fit:
         return limit
 
     def _static(self, job: PendingJob) -> np.ndarray:
-        cap = self._capacity
-        return _MASKS.lookup(self.topology, None if cap is None else cap.gpu_type, None if cap is None else cap.features, job)
+        return _MASKS.lookup(self.topology, self._capacity, job)
 
     def _listed(self, job: PendingJob) -> np.ndarray | None:
         """Node indices of the job's ``-w`` list (``None`` without one)."""
@@ -220,24 +220,25 @@ def kept_for(job: PendingJob, gpus: Sequence[int], topology: Topology) -> tuple[
 
 
 class _NodeMasks:
-    """Per-node masks of the requests that do not change while a job waits (GPU type,
-    features, ``-w``, ``-x``), one per distinct request. Kept while the cluster and its node
-    descriptions are the same objects, as they are for a whole replay and within one
-    daemon cycle, so the queue's few distinct requests are worked out once."""
+    """Per-node masks of the requests that do not change while a job waits (partitions,
+    GPU type, features, ``-w``, ``-x``), one per distinct request. Kept while the cluster
+    and its node descriptions are the same objects, as they are for a whole replay and
+    within one daemon cycle, so the queue's few distinct requests are worked out once."""
 
     def __init__(self) -> None:
-        self._key: tuple[object, object, object] | None = None
+        self._key: tuple[object, object, object, object] | None = None
         self._masks: dict[tuple, np.ndarray] = {}
 
-    def lookup(self, topo: Topology, types: tuple[str, ...] | None, features: tuple[frozenset[str], ...] | None,
-               job: PendingJob) -> np.ndarray:
+    def lookup(self, topo: Topology, cap: NodeCapacity | None, job: PendingJob) -> np.ndarray:
         key = self._key
-        if key is None or key[0] is not topo or key[1] is not types or key[2] is not features:
-            self._key, self._masks = (topo, types, features), {}
-        wanted = (job.gpu_type, job.features, job.nodelist, job.exclude)
+        types, features, parts = (None, None, None) if cap is None else (cap.gpu_type, cap.features, cap.partition_nodes or None)
+        if key is None or key[0] is not topo or key[1] is not types or key[2] is not features or key[3] is not parts:
+            self._key, self._masks = (topo, types, features, parts), {}
+        within = None if parts is None else parts.get(job.partition)
+        wanted = (job.gpu_type, job.features, job.nodelist, job.exclude, None if within is None else job.partition)
         mask = self._masks.get(wanted)
         if mask is None:
-            mask = self._masks[wanted] = _static_mask(topo, types, features, job)
+            mask = self._masks[wanted] = _static_mask(topo, types, features, within, job)
         return mask
 
 
@@ -245,11 +246,11 @@ _MASKS = _NodeMasks()
 
 
 def _static_mask(topo: Topology, types: tuple[str, ...] | None, features: tuple[frozenset[str], ...] | None,
-                 job: PendingJob) -> np.ndarray:
-    """Nodes with the job's GPU type and features (unknown without node descriptions: not
-    checked), in its ``-w`` list when it has one (a name the cluster lacks: nowhere), not
-    in its ``-x`` list."""
-    ok = np.ones(len(topo.nodes), bool)
+                 within: np.ndarray | None, job: PendingJob) -> np.ndarray:
+    """Nodes of the job's partitions (``within``; ``None``: all), with its GPU type and
+    features (unknown without node descriptions: not checked), in its ``-w`` list when it
+    has one (a name the cluster lacks: nowhere), not in its ``-x`` list."""
+    ok = np.ones(len(topo.nodes), bool) if within is None else within.copy()
     if types is not None and job.gpu_type:
         ok &= np.array([t == job.gpu_type for t in types])
     if features is not None and job.features:

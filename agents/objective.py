@@ -349,7 +349,7 @@ class LookAhead:
                 if int((node_up >= per).sum()) < job.num_nodes:
                     return False
                 shaped[r] = (per, job.num_nodes)
-            if job.placement_constrained or (state.nodes is not None and job.asks_resources):
+            if job.placement_constrained or (state.nodes is not None and (job.asks_resources or state.nodes.confines(job))):
                 # a job Slurm can never place (its GPU type, -w, CPUs...) is no candidate:
                 # planned to start now, it would be the only job let start, and start never
                 if ever is None:

@@ -381,14 +381,22 @@ class RowView(Sequence[PendingJob]):
 class NodeCapacity:
     """Per node (topology order), what is left besides GPUs: free CPUs, free memory (MB),
     whether nothing at all is allocated (what ``--exclusive`` needs), the GPU type and the
-    node's features. The daemon fills it from Slurm; the simulator when its cluster and
-    trace say so; ``None`` in a ``ClusterState`` means GPUs are the only limit."""
+    node's features; and, per job ``partition`` field (``a`` or ``a,b``) that does not
+    span every node, the nodes it does (a job runs only in its partitions: Slurm takes an
+    operator's pin elsewhere, then finds the job never runnable). The daemon fills it from
+    Slurm; the simulator when its cluster and trace say so; ``None`` in a ``ClusterState``
+    means GPUs are the only limit."""
 
     cpus: np.ndarray  # int64
     mem: np.ndarray  # int64, MB
     idle: np.ndarray  # bool
     gpu_type: tuple[str, ...]
     features: tuple[frozenset[str], ...]
+    partition_nodes: Mapping[str, np.ndarray] = field(default_factory=dict)  # bool per node
+
+    def confines(self, job: PendingJob) -> bool:
+        """Whether the job's partitions leave out some node."""
+        return job.partition in self.partition_nodes
 
 
 def free_counts(topo: Topology, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -532,11 +540,12 @@ class ClusterState:
     @cached_property
     def irregular(self) -> np.ndarray:
         """Queue indices of the jobs for which enough free GPUs does not mean they fit: a
-        node count, a placement constraint, or CPUs or memory asked where nodes say what
-        is left (`attentived.agents.fit.Fit.usable`)."""
-        sized = self.nodes is not None
+        node count, a placement constraint, or CPUs, memory or partitions that leave out
+        nodes where nodes say what is left (`attentived.agents.fit.Fit.usable`)."""
+        nodes = self.nodes
         return np.array([i for i, j in enumerate(self.pending)
-                         if j.num_nodes is not None or j.placement_constrained or (sized and j.asks_resources)],
+                         if j.num_nodes is not None or j.placement_constrained
+                         or (nodes is not None and (j.asks_resources or nodes.confines(j)))],
                         dtype=np.int64)
 
     def user(self, name: str) -> UserStats:

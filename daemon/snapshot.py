@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -228,9 +228,8 @@ def build_state(
         if _constrained(job, owned_pins.get(job.job_id), own):
             constrained.add(job.job_id)
     submits = _tie_break(list(managed.values()), now)
-    outside = _outside_partitions(topo, slurm_nodes, {job.partition for job in managed.values()})
-    pending = [_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions,
-                            avoid.get(job_id, ()) + outside[job.partition])
+    capacity = replace(capacity, partition_nodes=_partition_nodes(topo, slurm_nodes, {j.partition for j in managed.values()}))
+    pending = [_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, avoid.get(job_id, ()))
                for job_id, job in managed.items()]
     counts["managed"] = len(pending)
     counts["running"] = len(running)
@@ -242,16 +241,19 @@ def build_state(
                  running_gpus=running_gpus, warnings=warnings, counts=counts)
 
 
-def _outside_partitions(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], fields: set[str]) -> dict[str, tuple[str, ...]]:
-    """For each job ``partition`` field (``a`` or ``a,b``), the cluster's nodes in none of
-    its partitions: a job may not be placed there (Slurm takes a pin there from an operator,
-    then finds the job never runnable and sets its priority to 0). Empty, and cheap, when
-    every managed partition spans the same nodes."""
+def _partition_nodes(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], fields: set[str]) -> dict[str, np.ndarray]:
+    """For each job ``partition`` field (``a`` or ``a,b``) whose partitions leave out some
+    node of the cluster, the nodes they span (`NodeCapacity.partition_nodes`): a job may not
+    be placed elsewhere (Slurm takes a pin there from an operator, then finds the job never
+    runnable and sets its priority to 0). Nodes Slurm does not know hold no job anyway."""
+    node_parts = [set(s.partitions) if (s := slurm_nodes.get(n.name)) is not None else None for n in topo.nodes]
     out = {}
     for partition in fields:
         parts = {p for p in partition.split(",") if p}
-        out[partition] = tuple(n.name for n in topo.nodes
-                           if (s := slurm_nodes.get(n.name)) is not None and not parts & set(s.partitions))
+        within = np.array([p is None or bool(parts & p) for p in node_parts])
+        if not within.all():
+            within.setflags(write=False)
+            out[partition] = within
     return out
 
 

@@ -247,6 +247,27 @@ def test_a_job_is_not_held_on_a_draining_node():
     assert desired.exclusions["10"] == ("node1",)
 
 
+def test_a_job_kept_to_its_partition_is_not_read_as_a_users_exclusion():
+    """`a` spans node1-2, each with 2 GPUs free; `b`'s node3-4 idle. A 4-GPU job of `a`
+    that fixed no node count: its partition is not its user's ``-x``, so
+    ``POLICY:one_node=1`` still waits for one node for it instead of splitting it, and it
+    is never placed on `b`'s nodes either way."""
+    nodes = [SlurmNode(f"node{i}", "MIXED" if i < 3 else "IDLE", gpus=8, gpu_type="h100", partitions=(part,))
+             for i, part in ((1, "a"), (2, "a"), (3, "b"), (4, "b"))]
+    run = [running("1", "root", "node1", range(6), partition="a", limit=600),
+           running("2", "root", "node2", range(6), partition="a", limit=600)]
+    job = SlurmJob("10", user="alice", partition="a", state="PENDING", reason="Priority", gpus=4,
+                   submit_time=NOW - 60, priority=1)
+    fake = FakeBackend([*run, job], nodes, now=NOW)
+    built = build_state(fake.snapshot(), TOPO, ("a", "b"))
+    assert built.state.pending[0].exclude == ()
+    _, split, _ = cycle(fake, policy="fifo+consolidate", partitions=("a", "b"))
+    assert split.pins["10"] == ("node1", "node2")
+    plan, one, _ = cycle(fake, policy="fifo+consolidate:one_node=1", partitions=("a", "b"))
+    assert "10" not in one.pins and [h.job_id for h in plan.holds] == ["10"]
+    assert {TOPO.nodes[int(TOPO.gpu_node[g])].name for g in plan.holds[0].gpus} <= {"node1", "node2"}
+
+
 def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted():
     attach = dataclasses.replace(S, hold_mode="attach")
     fake = cluster([pending("1", "alice", 8), pending("2", "bob", 8, t=1)])
