@@ -163,11 +163,10 @@ class Stat:
 
 # ---- runs ----
 
-#: Per-run metrics a comparison reports: the replay's, two extras, and decision times.
+#: Per-run metrics a comparison reports: the replay's, bounded slowdown, and decision times.
 METRICS = (
     *[k for k in SUMMARY_KEYS if k != "jobs"],
     "bounded_slowdown",
-    "multi_gpu_slowdown",
     "decision_p50_ms",
     "decision_p99_ms",
     "decision_mean_ms",

@@ -49,6 +49,7 @@ SUMMARY_KEYS = (
     "jain_slowdown",
     "comm_cost",
     "lower_bound_ratio",
+    "multi_gpu_slowdown",
 )
 
 
