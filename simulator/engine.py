@@ -287,6 +287,12 @@ class Simulation:
         if too_big:
             j = too_big[0]
             raise ValueError(f"job {j.job_id} needs {j.num_gpus} GPUs, the cluster has {topology.num_gpus}")
+        sizes = np.diff(topology.node_first_gpu)
+        for s in jobs:  # a node count the cluster cannot hold would stall the replay only at its end
+            n = s.job.num_nodes
+            if n is not None and int((sizes >= s.job.num_gpus // n).sum()) < n:
+                raise UnstartableJob(s.job.job_id, f"it asks for {n} node(s) with {s.job.num_gpus // n} GPU(s) each, "
+                                                   f"the cluster has {int((sizes >= s.job.num_gpus // n).sum())}")
         # Arrival order (submit time, then job id) is also the row order of the queue
         # table below, so the pending rows are always ascending.
         self.jobs = sorted(jobs, key=lambda s: (s.job.submit_time, s.job.job_id))

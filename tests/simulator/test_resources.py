@@ -187,6 +187,12 @@ def test_a_job_that_can_never_start_is_refused_up_front():
         Simulation([job("j", 5, nodelist=("gpu1",))], topo)
     with pytest.raises(ValueError, match=re.escape("its nodelist (-w) names 2 nodes but it has only 1 GPUs")):
         Simulation([job("j", 1, nodelist=("gpu1", "gpu2"))], topo)
+    # a node count the cluster cannot hold, whether or not anything else is tracked
+    for quick in (topo, uniform(2, 8)):
+        with pytest.raises(ValueError, match=re.escape("it asks for 4 node(s) with 2 GPU(s) each, the cluster has 2")):
+            Simulation([job("j", 8, num_nodes=4)], quick)
+    with pytest.raises(ValueError, match=re.escape("it asks for 1 node(s) with 16 GPU(s) each, the cluster has 0")):
+        Simulation([job("j", 16, num_nodes=1)], uniform(2, 8))
 
 
 def test_without_requests_or_declared_resources_nothing_is_tracked():
