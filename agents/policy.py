@@ -17,7 +17,7 @@ import numpy as np
 
 from .fit import Fit, kept_for
 from .plan import Hold, OrderView, Plan, Start
-from .state import ClusterState, PendingJob, RunningJob
+from .state import BY_RELEASE, ClusterState, PendingJob, RunningJob, release_order
 
 _GPUS, _EXCLUSIVE = attrgetter("gpus"), attrgetter("exclusive")
 
@@ -77,8 +77,8 @@ class Scheduler:
     """A job chooser and a placer run by the greedy list-scheduling loop.
 
     Walks the ranking and starts every job that fits. The first job that does not fit is
-    *held*: the plan keeps the GPUs it is expected to get when running jobs reach their
-    time limits. Without backfill nothing after it starts (strict order, as
+    *held*: the plan keeps the GPUs it is expected to get when running jobs (and, if only
+    they are in its way, the jobs this plan starts) reach their time limits. Without backfill nothing after it starts (strict order, as
     ``sched/builtin``); with backfill (EASY, as ``sched/backfill``) a later job may start if
     it avoids the held GPUs (an exclusive held job's whole nodes) and the CPUs and memory
     the held job will need there, or its time limit ends before the held job's expected
@@ -109,6 +109,7 @@ class Scheduler:
         free = state.free.copy()
         n_free = state.num_free
         starts: list[Start] = []
+        started: list[RunningJob] = []  # the starts as running jobs: a hold may wait for them too
         hold: Hold | None = None
         unheld = free  # free GPUs a job that may outlive the hold can use
         n_unheld = n_free
@@ -137,7 +138,7 @@ class Scheduler:
             gpus = self.placer.place(job, usable, state) if job.num_gpus <= int(np.count_nonzero(usable)) else None
             if gpus is None:
                 if hold is None:
-                    hold = self._hold(job, free, state, fit)
+                    hold = self._hold(job, free, state, fit, started)
                     if hold is None:
                         # It cannot fit even once every running job ends (nodes down, shape
                         # impossible): skip it rather than block the queue.
@@ -150,7 +151,9 @@ class Scheduler:
                     behind = at_hold(fit, job, hold, state)
                     ends_in_time = state.now + _in_order(state.queue.limit, order, state) <= hold.expected_start
                 continue
-            taken = fit.take(job, gpus)
+            run = fit.started(job, gpus, state.now)
+            taken = run.gpus
+            started.append(run)
             if outlives:
                 behind.take(job, gpus)
             free[list(taken)] = False
@@ -166,8 +169,16 @@ class Scheduler:
             waited=limit < len(order) and n_free > 0,
         )
 
-    def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState, fit: Fit) -> Hold | None:
-        return expected_hold(job, free, state, self.placer, fit)
+    def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState, fit: Fit,
+              started: Sequence[RunningJob] = ()) -> Hold | None:
+        """``job``'s hold behind the running jobs, or, where they never make room, behind
+        this plan's ``started`` jobs too: a job blocked only by the plan's own starts is
+        held at their end rather than left unprotected (jobs behind it would start
+        however long they run)."""
+        hold = expected_hold(job, free, state, self.placer, fit)
+        if hold is None and started:
+            hold = expected_hold(job, free, state, self.placer, fit, also=started)
+        return hold
 
 
 def at_hold(fit: Fit, job: PendingJob, hold: Hold, state: ClusterState) -> Fit:
@@ -218,15 +229,18 @@ def _in_order(values: np.ndarray, order: Sequence[int] | np.ndarray, state: Clus
     return values if order is q.arrival and q.in_arrival_order else values[np.asarray(order, dtype=np.int64)]
 
 
-def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer: Placer, fit: Fit | None = None) -> Hold | None:
+def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer: Placer, fit: Fit | None = None,
+                  also: Sequence[RunningJob] = ()) -> Hold | None:
     """Where and when ``job`` is expected to start: release running jobs' GPUs, CPUs and
     memory in order of their expected end (time limits) until ``placer`` finds room among
     the GPUs the job may use; ``None`` if it never does. ``fit``: the plan's account so far
-    (default: the snapshot's), which is left as it is."""
+    (default: the snapshot's), which is left as it is. ``also``: jobs the plan starts now,
+    released among the running ones by their limits."""
     fit = Fit.of(state) if fit is None else fit.copy()
     future = free.copy()
     n_future = int(np.count_nonzero(future))
-    runs = state.running_by_end
+    runs = (state.running_by_end if not also
+            else release_order(sorted((*state.running_by_end, *also), key=BY_RELEASE), state.now))
     skip = 0
     if fit.cpus is None:  # a placer that needs more than a count says how many releases are short
         short = getattr(placer, "releases_short_of", None)

@@ -39,6 +39,21 @@ def test_backfill_starts_short_jobs_that_end_before_the_hold(lab):
             assert not set(st.gpus) & set(hold.gpus)
 
 
+def test_a_job_blocked_only_by_this_plans_starts_is_held_behind_them(lab):
+    """An idle cluster: A (24 GPUs, 100 s) starts, the 32-GPU B fits only once A ends. B
+    is held at A's end on every GPU, so the long C may not take A's leftover node and
+    delay B by its whole limit; the short D, done before A ends, may."""
+    s = make_state(lab, [job("A", gpus=24, submit=0, limit=100), job("B", gpus=32, submit=1, limit=100),
+                         job("C", gpus=8, submit=2, limit=36_000), job("D", gpus=8, submit=3, limit=50)], now=1000)
+    for placer in (Consolidate(), FirstFit(), PackedPlacer()):
+        plan = Scheduler(Fifo(), placer, backfill=True).decide(s)
+        assert [st.job_id for st in plan.starts] == ["A", "D"], placer
+        (hold,) = plan.holds
+        assert hold.job_id == "B" and len(hold.gpus) == 32 and hold.expected_start == 1100
+    strict = Scheduler(Fifo(), Consolidate()).decide(s)
+    assert [st.job_id for st in strict.starts] == ["A"] and [h.job_id for h in strict.holds] == ["B"]
+
+
 def test_a_job_that_can_never_fit_does_not_block_the_queue(lab):
     down = list(range(8, 32))  # three nodes down: only 8 GPUs exist now
     s = make_state(lab, [job("huge", gpus=16), job("ok", gpus=4, submit=1)], busy=down)
