@@ -153,16 +153,16 @@ class Fit:
         """Book ``job`` starting on ``gpus``: its CPUs and memory leave its nodes (all that
         is left there when exclusive). Returns the GPUs the caller must mark unusable: the
         job's own, and every GPU of its nodes when it is exclusive."""
-        return self._book(job, gpus)[0]
+        return self.book(job, gpus)[0]
 
     def started(self, job: PendingJob, gpus: Sequence[int], now: float) -> RunningJob:
         """Book ``job`` as `take` does and return the running job it becomes (holding every
         GPU of its nodes when exclusive, with the CPUs and memory it took)."""
-        held, cpus, mem = self._book(job, gpus)
-        return RunningJob(job.job_id, job.user, held, job.submit_time, now, job.time_limit,
-                          cpus=cpus, mem=mem, exclusive=job.exclusive)
+        return running(job, self.book(job, gpus), now)
 
-    def _book(self, job: PendingJob, gpus: Sequence[int]) -> tuple[tuple[int, ...], int, int]:
+    def book(self, job: PendingJob, gpus: Sequence[int]) -> Booking:
+        """Book as `take` does; returns what `running` needs to make the running job later
+        (a plan that may never ask for it pays no `RunningJob` per start)."""
         if self.cpus is None and not job.exclusive:
             return tuple(gpus), job.cpus, 0
         topo = self.topology
@@ -194,6 +194,17 @@ class Fit:
             self.cpus[nodes] += -(-run.cpus * k // run.num_gpus)
             self.mem[nodes] += -(-run.mem * k // run.num_gpus)
         return _node_gpus(topo, nodes) if run.exclusive else run.gpus
+
+
+Booking = tuple[tuple[int, ...], int, int]
+"""`Fit.book`'s account of a start: the GPUs it holds, and the CPUs and memory it took."""
+
+
+def running(job: PendingJob, booking: Booking, now: float) -> RunningJob:
+    """The running job a start booked by `Fit.book` becomes."""
+    held, cpus, mem = booking
+    return RunningJob(job.job_id, job.user, held, job.submit_time, now, job.time_limit,
+                      cpus=cpus, mem=mem, exclusive=job.exclusive)
 
 
 def when_all_end(state: ClusterState) -> tuple[np.ndarray, Fit]:

@@ -15,7 +15,7 @@ from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from .fit import Fit, kept_for
+from .fit import Booking, Fit, kept_for, running
 from .plan import Hold, OrderView, Plan, Start
 from .state import BY_RELEASE, ClusterState, PendingJob, RunningJob, release_order
 
@@ -109,7 +109,7 @@ class Scheduler:
         free = state.free.copy()
         n_free = state.num_free
         starts: list[Start] = []
-        started: list[RunningJob] = []  # the starts as running jobs: a hold may wait for them too
+        started: list[tuple[PendingJob, Booking]] = []  # the starts: a hold may wait for them too
         hold: Hold | None = None
         unheld = free  # free GPUs a job that may outlive the hold can use
         n_unheld = n_free
@@ -151,9 +151,9 @@ class Scheduler:
                     behind = at_hold(fit, job, hold, state)
                     ends_in_time = state.now + _in_order(state.queue.limit, order, state) <= hold.expected_start
                 continue
-            run = fit.started(job, gpus, state.now)
-            taken = run.gpus
-            started.append(run)
+            booking = fit.book(job, gpus)
+            taken = booking[0]
+            started.append((job, booking))
             if outlives:
                 behind.take(job, gpus)
             free[list(taken)] = False
@@ -170,14 +170,15 @@ class Scheduler:
         )
 
     def _hold(self, job: PendingJob, free: np.ndarray, state: ClusterState, fit: Fit,
-              started: Sequence[RunningJob] = ()) -> Hold | None:
+              started: Sequence[tuple[PendingJob, Booking]] = ()) -> Hold | None:
         """``job``'s hold behind the running jobs, or, where they never make room, behind
         this plan's ``started`` jobs too: a job blocked only by the plan's own starts is
         held at their end rather than left unprotected (jobs behind it would start
         however long they run)."""
         hold = expected_hold(job, free, state, self.placer, fit)
         if hold is None and started:
-            hold = expected_hold(job, free, state, self.placer, fit, also=started)
+            hold = expected_hold(job, free, state, self.placer, fit,
+                                 also=[running(j, booking, state.now) for j, booking in started])
         return hold
 
 
