@@ -37,7 +37,7 @@ from .state import ClusterState, NodeCapacity, PendingJob, RunningJob
 def request(job: PendingJob) -> tuple:
     """Everything `Fit.usable` reads of ``job``: jobs with equal requests may use the same GPUs."""
     return (job.num_gpus, job.num_nodes, job.cpus, job.mem_per_node, job.mem_per_cpu, job.exclusive,
-            job.gpu_type, job.nodelist, job.exclude, job.features)
+            job.gpu_type, job.nodelist, job.exclude, job.features, job.partition)
 
 
 class Fit:

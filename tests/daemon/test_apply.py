@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attentived.agents.features import Context
 from attentived.agents.plan import Hold, Plan, Start
 from attentived.agents.registry import make_policy
 from attentived.daemon.apply import (
@@ -266,6 +267,21 @@ def test_a_job_kept_to_its_partition_is_not_read_as_a_users_exclusion():
     plan, one, _ = cycle(fake, policy="fifo+consolidate:one_node=1", partitions=("a", "b"))
     assert "10" not in one.pins and [h.job_id for h in plan.holds] == ["10"]
     assert {TOPO.nodes[int(TOPO.gpu_node[g])].name for g in plan.holds[0].gpus} <= {"node1", "node2"}
+
+
+def test_jobs_alike_but_for_their_partition_are_not_read_as_one_request():
+    """`a`'s nodes idle, `b`'s full: a job of `b` asking what a job of `a` asks must not
+    share its "fits now" (the agent then picked it and found no placement, every cycle)."""
+    nodes = [SlurmNode(f"node{i}", "IDLE" if i < 3 else "ALLOCATED", gpus=8, gpu_type="h100", partitions=(part,))
+             for i, part in ((1, "a"), (2, "a"), (3, "b"), (4, "b"))]
+    run = [running("1", "root", "node3", range(8), partition="b", limit=600),
+           running("2", "root", "node4", range(8), partition="b", limit=600)]
+    fake = FakeBackend([*run, pending("10", "alice", 1, partition="a"), pending("11", "bob", 1, partition="b", t=1)],
+                       nodes, now=NOW)
+    state = build_state(fake.snapshot(), TOPO, ("a", "b")).state
+    assert Context.of(state).feasible.tolist() == [True, False]
+    plan = make_policy("attentive").decide(state)
+    assert [s.job_id for s in plan.starts] == ["10"]
 
 
 def test_stale_reservation_with_a_pending_attached_job_is_detached_then_deleted():
