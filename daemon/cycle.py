@@ -50,6 +50,7 @@ from .records import (
     SlurmParseError,
     SlurmUnavailable,
     Snapshot,
+    job_number,
 )
 from .snapshot import Built, build_state, own_reservations
 from .stability import previous_placements, stabilize
@@ -159,7 +160,9 @@ class CycleRunner:
         self.placements = PlacementTracker(self.journal, self.metrics, self.log)
         self.reservations = ReservationBook(self.journal)
         self._previous: dict[str, tuple[int, ...]] = {}  # last live plan's placements (stability)
-        self._dropped_from: tuple[str, ...] = ()  # partitions managed before a reload, until their jobs are handed back
+        self._applied: tuple[str, ...] = ()  # the partitions of the last live cycle: its priorities are in Slurm
+        self._dropped_from: tuple[str, ...] = ()  # partitions managed live before a reload, until handed back
+        self._to_release: set[str] = set()  # jobs the daemon held to reset a priority and could not release yet
         self.idle = IdleWatch()
         self.unregistered = Unregistered(retry=config.backoff_max)  # jobs Slurm will not let us update yet
         # Shadow mode (``attentived start --shadow``): plan and journal beside Slurm's own
@@ -204,7 +207,7 @@ class CycleRunner:
                     old.cluster_file, old.gres_conf, old.topology_conf) and self._fixed_topology is None:
                 self.topology = None
             if config.partitions != old.partitions or not config.partitions:
-                self._dropped_from = tuple(dict.fromkeys((*self._dropped_from, *self.partitions)))
+                self._dropped_from = tuple(dict.fromkeys((*self._dropped_from, *self._applied)))
             self.partitions = config.partitions
             self.unregistered.retry = config.backoff_max
             self.setup_done = False  # re-resolve partitions, re-check Slurm settings
@@ -297,7 +300,7 @@ class CycleRunner:
         assert self.topology is not None
         if not res.dry_run:
             self._probe_unregistered(snap, res)
-            if self._dropped_from:
+            if self._dropped_from or self._to_release:
                 self._release_dropped(snap)
         # A slow decision (a model's first call, a large queue) sees a Slurm that has moved
         # on: read it back once, and decide again on the fresh picture if jobs started or
@@ -364,6 +367,7 @@ class CycleRunner:
                                            built,
                                            holds={h.job_id: tuple(h.gpus) for h in plan.holds if h.job_id in desired.exclusions})
             self._previous = previous_placements(plan)
+            self._applied = self.partitions
         self.placements.note_managed(built)
         res.timings["apply"] = time.monotonic() - t
         for o in res.outcomes:
@@ -376,15 +380,28 @@ class CycleRunner:
 
     def _release_dropped(self, snap: Snapshot) -> None:
         """After a reload that dropped partitions, give their pending jobs back to Slurm
-        (``handback.release_partitions``); kept to retry while an update fails."""
+        (``handback.release_partitions``), kept to retry while an update fails; and release
+        the jobs a reset left held (Slurm took the hold, then refused every release)."""
+        jobs = snap.jobs_by_id
+        still = sorted((j for j in self._to_release if j in jobs and jobs[j].pending and jobs[j].held), key=job_number)
+        self._to_release = set(still)
+        if still:
+            r = self.backend.release(still)
+            getattr(self.log, "info" if r.ok else "error")("partitions.released", kind="release", job=",".join(still),
+                                                            ok=r.ok, error=r.error or None)
+            if r.ok:
+                self._to_release.clear()
+        if not self._dropped_from:
+            return
         own = own_reservations(snap, self.reservations.owned(snap), self.config.reservation_prefix)
-        outcomes = release_partitions(snap, self._dropped_from, self.partitions, backend=self.backend,
-                                      settings=self.settings, own=own, left_to_slurm=self.unregistered.leave_out())
+        outcomes, held = release_partitions(snap, self._dropped_from, self.partitions, backend=self.backend,
+                                            settings=self.settings, own=own, left_to_slurm=self.unregistered.leave_out())
+        self._to_release.update(held)
         for o in outcomes:
             getattr(self.log, "info" if o.ok else "error")(
                 "partitions.released", kind=o.action.kind, job=o.action.job_id, ok=o.ok, error=o.error or None,
                 partitions=[p for p in self._dropped_from if p not in self.partitions])
-        if all(o.ok for o in outcomes):
+        if all(o.ok for o in outcomes if o.action.kind != "release") and not held:
             self._dropped_from = ()
 
     def _probe_unregistered(self, snap: Snapshot, res: CycleResult) -> None:
@@ -535,6 +552,7 @@ class CycleRunner:
             except Exception as e:  # Slurm down, topology unreadable: nothing to hand back now
                 self.log.error("handback.failed", error=f"{type(e).__name__}: {e}")
                 return []
+            partitions = tuple(dict.fromkeys((*self.partitions, *self._dropped_from)))  # a reload's not yet handed back
             return hand_back(snap, backend=self.backend, journal=self.journal, settings=self.settings,
-                             partitions=self.partitions, policy_name=self.policy_name, seq=self.seq, log=self.log,
+                             partitions=partitions, policy_name=self.policy_name, seq=self.seq, log=self.log,
                              pins_only=pins_only, left_to_slurm=self.unregistered.leave_out())

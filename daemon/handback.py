@@ -24,6 +24,8 @@ from .snapshot import own_reservations
 
 #: Jobs per ``scontrol hold`` / ``release`` when priorities are reset.
 CHUNK = 200
+#: Releases tried after a hold before the jobs are reported as left held.
+RELEASE_TRIES = 3
 
 
 def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: Settings,
@@ -43,7 +45,11 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
         log.warning("handback.left_to_slurm", jobs=left)
     if pins_only:
         actions = [a for a in actions if a.kind in ("unpin", "unexclude")]
-    outcomes = execute(actions, backend) + reset_priorities(backend, reset, reason="hand back priorities")
+    reset_outcomes, held = reset_priorities(backend, reset, reason="hand back priorities")
+    outcomes = execute(actions, backend) + reset_outcomes
+    if held:
+        log.error("handback.left_held", jobs=held, message="Slurm took the hold but refused every release: "
+                  "these jobs stay held until someone runs `scontrol release`")
     journal.drop_pins([o.action.job_id for o in outcomes if o.action.kind == "unpin" and o.ok])
     journal.drop_exclusions([o.action.job_id for o in outcomes if o.action.kind == "unexclude" and o.ok])
     journal.drop_reservations([o.action.reservation for o in outcomes if o.action.kind == "reservation_delete" and o.ok])
@@ -61,29 +67,41 @@ def hand_back(snap: Snapshot, *, backend: Backend, journal: Journal, settings: S
     return outcomes
 
 
-def reset_priorities(backend: Backend, job_ids: Sequence[str], *, reason: str) -> list[Outcome]:
+def reset_priorities(backend: Backend, job_ids: Sequence[str], *, reason: str) -> tuple[list[Outcome], list[str]]:
     """Give priority/multifactor back the priorities of ``job_ids``: ``scontrol hold`` then
-    ``release`` (Slurm's documented way to drop an admin-set priority), in chunks."""
+    ``release`` (Slurm's documented way to drop an admin-set priority), in chunks. A failed
+    release is tried again (`RELEASE_TRIES` in all): a job left held would never start.
+    Returns every outcome and the jobs still held by the daemon's hold (to release later)."""
     outcomes: list[Outcome] = []
+    held: list[str] = []
     for chunk in range(0, len(job_ids), CHUNK):
         ids = list(job_ids[chunk : chunk + CHUNK])
-        for kind, fn in (("hold", backend.hold), ("release", backend.release)):
-            r = fn(ids)
-            outcomes.append(Outcome(Action(kind, ",".join(ids), reason=reason), r.ok, r.error, r.argv))
-    return outcomes
+        r = backend.hold(ids)
+        outcomes.append(Outcome(Action("hold", ",".join(ids), reason=reason), r.ok, r.error, r.argv))
+        for _ in range(RELEASE_TRIES):
+            r = backend.release(ids)
+            outcomes.append(Outcome(Action("release", ",".join(ids), reason=reason), r.ok, r.error, r.argv))
+            if r.ok:
+                break
+        else:
+            held += ids
+    return outcomes, held
 
 
 def release_partitions(snap: Snapshot, before: Sequence[str], now: Sequence[str], *, backend: Backend,
-                       settings: Settings, own: Collection[str], left_to_slurm: Collection[str] = ()) -> list[Outcome]:
+                       settings: Settings, own: Collection[str],
+                       left_to_slurm: Collection[str] = ()) -> tuple[list[Outcome], list[str]]:
     """Give Slurm back the pending jobs that ``before``'s partitions made the daemon's and
     ``now``'s do not (a reload dropped their partition): out of the daemon's reservations
     (``own``) and back to Slurm's priorities. Left alone, they would keep priorities above
     every user's with nobody ordering them. Their pins and exclusions need nothing here:
-    a cycle removes every one of the daemon's that its plan does not want."""
+    a cycle removes every one of the daemon's that its plan does not want. Returns the
+    outcomes and the jobs left held (`reset_priorities`)."""
     left = frozenset(left_to_slurm)
     jobs = [j for j in snap.jobs if j.pending and j.job_id not in left
             and in_partitions(j, before) and not in_partitions(j, now)]
     detach = [Action("detach", j.job_id, reservation=j.reservation, reason="partition no longer managed")
               for j in jobs if j.reservation in own]
     reset = [j.job_id for j in jobs if not j.held and settings.in_band(j.priority)]
-    return execute(detach, backend) + reset_priorities(backend, reset, reason="partition no longer managed")
+    outcomes, held = reset_priorities(backend, reset, reason="partition no longer managed")
+    return execute(detach, backend) + outcomes, held

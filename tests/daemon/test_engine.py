@@ -9,6 +9,7 @@ import json
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -18,7 +19,7 @@ from attentived.daemon import config as C
 from attentived.daemon import log as dlog
 from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.notify import Notifier
-from attentived.daemon.records import SlurmCommandError, SlurmParseError
+from attentived.daemon.records import CommandResult, SlurmCommandError, SlurmParseError
 from attentived.daemon.service import Service
 from attentived.daemon.testing import FakeBackend
 
@@ -333,3 +334,60 @@ def test_a_reload_that_moves_the_journal_or_the_reservations_names_is_refused(tm
     conf.write_text(base + state + "interval = 2.0\n")  # anything else still reloads
     assert svc.reload() is True and svc.config.interval == 2.0
     svc._close()
+
+
+class _ReleaseFails(FakeBackend):
+    """Takes every hold; refuses the next ``failures`` releases (slurmctld timing out)."""
+
+    def __init__(self, *a, failures=0, **kw):
+        super().__init__(*a, **kw)
+        self.failures = failures
+
+    def release(self, job_ids):
+        if self.failures:
+            self.failures -= 1
+            return CommandResult(("scontrol", "release", *job_ids), False, 1, "Socket timed out on send/recv operation")
+        return super().release(job_ids)
+
+
+def _two_partitions(failures=0):
+    base = cluster([pending("7", "alice", 4), pending("8", "bob", 2, partition="other", t=1)])
+    return _ReleaseFails(base.jobs.values(), base.nodes.values(), now=NOW, failures=failures)
+
+
+def test_a_job_held_to_reset_its_priority_is_released_even_when_slurm_refuses_for_a_while(tmp_path):
+    fake = _two_partitions(failures=3)  # every try of one cycle
+    e = runner(tmp_path, fake, partitions=("main", "other"))
+    assert e.run_cycle().ok and fake.jobs["8"].priority >= e.settings.priority_floor
+    e.reload(cfg(tmp_path, partitions=("main",)))
+    e.run_cycle()
+    assert fake.jobs["8"].held  # every release of this cycle refused
+    e.run_cycle()
+    assert not fake.jobs["8"].held and fake.jobs["8"].priority < e.settings.priority_floor
+    e.run_cycle()
+    assert [c for c in fake.calls if c[1] in ("hold", "release")][-1][1] == "release"  # nothing more to do
+
+
+def test_only_partitions_a_live_cycle_ordered_are_handed_back_after_a_reload(tmp_path):
+    """`other` was configured but never ordered live (a reload before any cycle, or dry
+    run): an operator's priority in the daemon's band there is not the daemon's to reset."""
+    for dry_first in (False, True):
+        fake = _two_partitions()
+        fake.jobs["8"] = replace(fake.jobs["8"], priority=5_000_000)
+        e = runner(tmp_path / str(dry_first), fake, partitions=("main", "other"), dry_run=dry_first)
+        if not dry_first:
+            e.reload(cfg(tmp_path / str(dry_first), partitions=("main", "other", "x")))
+        else:
+            assert e.run_cycle().ok
+        e.reload(cfg(tmp_path / str(dry_first), partitions=("main",)))
+        assert e.run_cycle().ok
+        assert fake.jobs["8"].priority == 5_000_000 and not any(c[1] == "hold" for c in fake.calls), dry_first
+
+
+def test_hand_back_at_exit_includes_a_partition_a_reload_dropped(tmp_path):
+    fake = _two_partitions()
+    e = runner(tmp_path, fake, partitions=("main", "other"))
+    assert e.run_cycle().ok and fake.jobs["8"].priority >= e.settings.priority_floor
+    e.reload(cfg(tmp_path, partitions=("main",)))
+    e.hand_back()  # SIGTERM before the next cycle
+    assert fake.jobs["7"].priority < e.settings.priority_floor and fake.jobs["8"].priority < e.settings.priority_floor
