@@ -148,7 +148,8 @@ class Scheduler:
                     unheld = free.copy()
                     unheld[list(kept_for(job, hold.gpus, state.topology))] = False
                     n_unheld = int(np.count_nonzero(unheld))
-                    behind = at_hold(fit, job, hold, state)
+                    behind = at_hold(fit, job, hold, state,
+                                     also=[running(j, b, state.now) for j, b in started] if fit.cpus is not None else ())
                     ends_in_time = state.now + _in_order(state.queue.limit, order, state) <= hold.expected_start
                 continue
             booking = fit.book(job, gpus)
@@ -182,18 +183,19 @@ class Scheduler:
         return hold
 
 
-def at_hold(fit: Fit, job: PendingJob, hold: Hold, state: ClusterState) -> Fit:
+def at_hold(fit: Fit, job: PendingJob, hold: Hold, state: ClusterState, also: Sequence[RunningJob] = ()) -> Fit:
     """The account of ``hold``'s nodes when ``job`` is expected to start there: the running
     jobs on them that end by then released, ``job`` booked. A job that starts now and
     outlives the hold must fit in it as well as now, or the held job finds its CPUs or
     memory taken and does not start on time (EASY's promise; Slurm's backfill keeps them
-    too). Without node capacity only GPUs count: ``fit`` itself."""
+    too). Without node capacity only GPUs count: ``fit`` itself. ``also``: the jobs this
+    plan starts, booked in ``fit``, released as running ones are."""
     if fit.cpus is None:
         return fit
     topo = state.topology
     nodes = set(topo.gpu_node[list(hold.gpus)].tolist())
     then = fit.copy()
-    for run in state.running_by_end:  # in the order they are expected to end
+    for run in _by_end(state, also):  # in the order they are expected to end
         if run.expected_end(state.now) > hold.expected_start:
             break
         if not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
@@ -240,8 +242,7 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     fit = Fit.of(state) if fit is None else fit.copy()
     future = free.copy()
     n_future = int(np.count_nonzero(future))
-    runs = (state.running_by_end if not also
-            else release_order(sorted((*state.running_by_end, *also), key=BY_RELEASE), state.now))
+    runs = _by_end(state, also)
     skip = 0
     if fit.cpus is None:  # a placer that needs more than a count says how many releases are short
         short = getattr(placer, "releases_short_of", None)
@@ -264,6 +265,14 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
         if gpus is not None:
             return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
     return None
+
+
+def _by_end(state: ClusterState, also: Sequence[RunningJob]) -> tuple[RunningJob, ...]:
+    """The running jobs and ``also`` (this plan's starts) in the order their GPUs are
+    expected back (`ClusterState.running_by_end`)."""
+    if not also:
+        return state.running_by_end
+    return release_order(sorted((*state.running_by_end, *also), key=BY_RELEASE), state.now)
 
 
 def releases_short_of(need: int, runs: tuple[RunningJob, ...]) -> int:

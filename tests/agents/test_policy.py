@@ -8,8 +8,9 @@ from attentived.agents.placement import Consolidate, FirstFit
 from attentived.agents.policy import Scheduler
 from attentived.agents.registry import ALL, UnknownPolicy, make_policy
 from attentived.agents.state import RunningJob
+from attentived.topology import uniform
 
-from .conftest import job, make_state
+from .conftest import capacity, job, make_state
 
 
 def _busy_cluster(lab):
@@ -52,6 +53,18 @@ def test_a_job_blocked_only_by_this_plans_starts_is_held_behind_them(lab):
         assert hold.job_id == "B" and len(hold.gpus) == 32 and hold.expected_start == 1100
     strict = Scheduler(Fifo(), Consolidate()).decide(s)
     assert [st.job_id for st in strict.starts] == ["A"] and [h.job_id for h in strict.holds] == ["B"]
+
+
+def test_the_cpus_of_a_start_that_ends_before_the_hold_are_back_at_the_hold():
+    """One node, 16 GPUs and CPUs. A (8 CPUs, 100 s) starts; B (8 CPUs) is held at A's end;
+    the long C (1 CPU) fits beside B then (8 + 1 of 16 CPUs), so backfill starts it now.
+    Counting A's CPUs as still taken at B's start kept C waiting 100 s for nothing."""
+    topo = uniform(1, 16)
+    s = make_state(topo, [job("A", gpus=10, submit=0, limit=100, cpus=8), job("B", gpus=8, submit=1, limit=100, cpus=8),
+                          job("C", gpus=1, submit=2, limit=36_000, cpus=1)], now=1000, nodes=capacity(topo, cpus=16))
+    for placer in (Consolidate(), FirstFit()):
+        plan = Scheduler(Fifo(), placer, backfill=True).decide(s)
+        assert [st.job_id for st in plan.starts] == ["A", "C"] and [h.job_id for h in plan.holds] == ["B"], placer
 
 
 def test_a_job_that_can_never_fit_does_not_block_the_queue(lab):
