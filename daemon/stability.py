@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from attentived.agents.fit import Fit
+from attentived.agents.fit import Fit, kept_for
 from attentived.agents.plan import Hold, Plan, Start
 from attentived.agents.state import ClusterState, PendingJob
 
@@ -83,17 +83,23 @@ def stabilize(plan: Plan, state: ClusterState, previous: Mapping[str, tuple[int,
             if (back is not None and back <= h.expected_start + margin
                     and _starts_there(state, fit, free, jobs[h.job_id], old, back)):
                 kept[k] = Hold(h.job_id, tuple(old), max(back, state.now))
-    holds = _disjoint(plan.holds, kept)
+    holds = _disjoint(plan.holds, kept, jobs, state)
     return replace(plan, starts=tuple(starts), holds=tuple(holds))
 
 
-def _disjoint(planned: tuple[Hold, ...], kept: dict[int, Hold]) -> tuple[Hold, ...]:
-    """The holds, ``kept`` ones on last cycle's GPUs, none sharing a GPU. Last cycle's holds
-    were disjoint and so are this plan's, so a clash is always a kept hold on GPUs another
-    hold is planned on: that one moves as planned (which may free, or clash with, others)."""
+def _disjoint(planned: tuple[Hold, ...], kept: dict[int, Hold], jobs: Mapping[str, PendingJob],
+              state: ClusterState) -> tuple[Hold, ...]:
+    """The holds, ``kept`` ones on last cycle's GPUs, none sharing a GPU (an exclusive
+    job's hold keeps its nodes whole: `kept_for`). Last cycle's holds were disjoint and so
+    are this plan's, so a clash is always a kept hold on GPUs another hold is planned on:
+    that one moves as planned (which may free, or clash with, others)."""
+    def keeps(h: Hold) -> set[int]:
+        job = jobs.get(h.job_id)
+        return set(h.gpus if job is None else kept_for(job, h.gpus, state.topology))
+
     while True:
         final = [kept.get(k, h) for k, h in enumerate(planned)]
-        clash = next((k for k in kept if any(set(kept[k].gpus) & set(other.gpus)
+        clash = next((k for k in kept if any(keeps(kept[k]) & keeps(other)
                                              for j, other in enumerate(final) if j != k)), None)
         if clash is None:
             return tuple(final)

@@ -163,6 +163,23 @@ def test_a_hold_goes_back_only_where_the_held_job_can_start():
         assert kept == ((0, 1) if back else (8, 9)), (cpus0, type0)
 
 
+def test_a_kept_hold_shares_no_node_with_an_exclusive_hold():
+    """X was held on node0 last cycle; now X is planned on node1 and Y on node0. Either one
+    exclusive, X back on node0 would share the node with Y, and one of them could start
+    only after the other ended."""
+    topo = uniform(2, 8, nodes_per_switch=2)
+    running = (RunningJob("r0", "root", tuple(range(8)), NOW - 100, NOW - 50, time_limit=100),
+               RunningJob("r1", "root", tuple(range(8, 16)), NOW - 100, NOW - 50, time_limit=101))
+    cap = NodeCapacity(cpus=np.array([64, 64]), mem=np.array([10**6] * 2), idle=np.array([False, False]),
+                       gpu_type=("", ""), features=(frozenset(), frozenset()))
+    plan = Plan(order=("X", "Y"), holds=(Hold("X", (8, 9), NOW + 51), Hold("Y", (2, 3), NOW + 50)))
+    for x_excl, y_excl, back in ((False, False, True), (True, False, False), (False, True, False)):
+        pending = (PendingJob("X", "bob", 2, NOW - 20, exclusive=x_excl), PendingJob("Y", "amy", 2, NOW - 10, exclusive=y_excl))
+        state = ClusterState(now=NOW, topology=topo, free=np.zeros(16, bool), pending=pending, running=running, nodes=cap)
+        kept = stabilize(plan, state, {"X": (0, 1)}, margin=60).holds
+        assert [h.gpus for h in kept] == [(0, 1) if back else (8, 9), (2, 3)], (x_excl, y_excl)
+
+
 def test_the_hold_chain_holds_the_next_jobs_where_they_would_start():
     running = [RunningJob(f"r{i}", "root", tuple(range(8 * i, 8 * i + 8)), NOW - 100, NOW - 50, time_limit=100 + 10 * i)
                for i in range(4)]
