@@ -761,6 +761,11 @@ class _Resources:
         gpus = int(self.node_gpus[ok].sum())
         if gpus < job.num_gpus:
             return f"it needs {job.num_gpus} GPU(s), the nodes{what} it may use have {gpus}"
+        if job.num_nodes is not None:
+            per = job.num_gpus // job.num_nodes
+            room = [i for i in ok if self.node_gpus[i] >= per and (not job.nodelist or self.topology.nodes[i].name in job.nodelist)]
+            if len(room) < job.num_nodes:
+                return f"it asks for {job.num_nodes} node(s) with {per} GPU(s) each, the nodes{what} it may use have {len(room)}"
         if job.num_gpus == 1 or job.num_nodes == 1:
             mem = job.mem_per_node or job.mem_per_cpu * job.cpus
             if not any(

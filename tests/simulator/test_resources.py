@@ -193,6 +193,9 @@ def test_a_job_that_can_never_start_is_refused_up_front():
             Simulation([job("j", 8, num_nodes=4)], quick)
     with pytest.raises(ValueError, match=re.escape("it asks for 1 node(s) with 16 GPU(s) each, the cluster has 0")):
         Simulation([job("j", 16, num_nodes=1)], uniform(2, 8))
+    for request in ({"exclude": ("gpu1",)}, {"nodelist": ("gpu1",)}):  # one of the two nodes it may use
+        with pytest.raises(ValueError, match=re.escape("it asks for 2 node(s) with 1 GPU(s) each, the nodes it may use have 1")):
+            Simulation([job("j", 2, num_nodes=2, **request)], topo)
 
 
 def test_without_requests_or_declared_resources_nothing_is_tracked():
