@@ -304,8 +304,8 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False, command: 
         start_update, global_step = prog["update"] + 1, prog["global_step"]
         best, history, wall_before = prog["best"], list(prog["history"]), prog["wall_s"]
         torch.set_rng_state(prog["torch_rng"])
-        if prog.get("cuda_rng") is not None and device.type == "cuda":  # dropout and sampling on the GPU draw from these
-            torch.cuda.set_rng_state_all(prog["cuda_rng"])
+        if prog.get("cuda_rng") is not None and device.type == "cuda":  # dropout and sampling on the GPU draw from it
+            torch.cuda.set_rng_state(prog["cuda_rng"], device)  # the training device's only: others may be hidden now
         # The schedules keep the horizon the run started with: extending a run (a larger
         # total_steps) continues them, at their final values beyond it, rather than
         # stretching them (which would raise the learning rate and the teacher's weight
@@ -491,7 +491,7 @@ def train(cfg: PPOConfig, progress: bool = True, resume: bool = False, command: 
                               progress={"update": update, "global_step": global_step, "horizon": horizon, "best": best,
                                         "history": history, **({"best_model": best_model} if best_model else {}),
                                         "wall_s": wall, "torch_rng": torch.get_rng_state(),
-                                        "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None})
+                                        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None})
             if out_of_time:
                 break
     finally:
