@@ -183,13 +183,19 @@ class Fit:
 
     def release(self, run: RunningJob) -> tuple[int, ...]:
         """Give back what ``run`` holds, as when it ends (spread over its nodes in
-        proportion to its GPUs there). Returns the GPUs that come back: its own, or every
+        proportion to its GPUs there; an exclusive job's nodes whole again, where their
+        sizes are known). Returns the GPUs that come back: its own, or every
         GPU of its nodes when it is exclusive."""
         if not run.exclusive and self.cpus is None:
             return run.gpus
         topo = self.topology
         nodes, k = np.unique(topo.gpu_node[list(run.gpus)], return_counts=True)
-        if self.cpus is not None and (run.cpus or run.mem):
+        cap = self._capacity
+        if self.cpus is not None and run.exclusive and cap is not None and cap.total_cpus is not None:
+            assert self.mem is not None and cap.total_mem is not None
+            self.cpus[nodes] = cap.total_cpus[nodes]  # it held them whole: nothing else runs there
+            self.mem[nodes] = cap.total_mem[nodes]
+        elif self.cpus is not None and (run.cpus or run.mem):
             assert self.mem is not None
             self.cpus[nodes] += -(-run.cpus * k // run.num_gpus)
             self.mem[nodes] += -(-run.mem * k // run.num_gpus)

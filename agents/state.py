@@ -393,6 +393,11 @@ class NodeCapacity:
     gpu_type: tuple[str, ...]
     features: tuple[frozenset[str], ...]
     partition_nodes: Mapping[str, np.ndarray] = field(default_factory=dict)  # bool per node
+    #: Each node's CPUs and MB in all, where known: what an exclusive job, which held its
+    #: nodes whole, gives each back when it ends (its total spread by GPUs is wrong on
+    #: nodes of different sizes).
+    total_cpus: np.ndarray | None = None
+    total_mem: np.ndarray | None = None
 
     def confines(self, job: PendingJob) -> bool:
         """Whether the job's partitions leave out some node."""

@@ -297,6 +297,8 @@ def _capacity(snap: Snapshot, topo: Topology) -> NodeCapacity:
     idle = np.ones(n, dtype=bool)
     types: list[str] = [""] * n
     features: list[frozenset[str]] = [frozenset()] * n
+    total_cpus = np.full(n, _UNLIMITED, dtype=np.int64)
+    total_mem = np.full(n, _UNLIMITED, dtype=np.int64)
     nodes = snap.nodes_by_name
     for ni, tnode in enumerate(topo.nodes):
         sn = nodes.get(tnode.name)
@@ -304,12 +306,15 @@ def _capacity(snap: Snapshot, topo: Topology) -> NodeCapacity:
             continue
         if sn.cpus:
             cpus[ni] = max(0, sn.cpus - sn.alloc_cpus)
+            total_cpus[ni] = sn.cpus
         if sn.real_memory:
             mem[ni] = max(0, sn.real_memory - sn.alloc_memory)
+            total_mem[ni] = sn.real_memory
         idle[ni] = not sn.busy
         types[ni] = sn.gpu_type
         features[ni] = frozenset(sn.features)
-    return NodeCapacity(cpus=cpus, mem=mem, idle=idle, gpu_type=tuple(types), features=tuple(features))
+    return NodeCapacity(cpus=cpus, mem=mem, idle=idle, gpu_type=tuple(types), features=tuple(features),
+                        total_cpus=total_cpus, total_mem=total_mem)
 
 
 def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, own: Mapping[str, SlurmReservation]) -> bool:

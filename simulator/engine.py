@@ -617,6 +617,8 @@ class _Resources:
         nodes = topology.nodes
         self.total_cpus = np.array([n.cpus or UNKNOWN_CAPACITY for n in nodes], dtype=np.int64)
         self.total_mem = np.array([n.mem_mb or UNKNOWN_CAPACITY for n in nodes], dtype=np.int64)
+        for a in (self.total_cpus, self.total_mem):  # every snapshot's `NodeCapacity` shares them
+            a.setflags(write=False)
         self.gpu_type = tuple(n.gpu_type for n in nodes)
         self.features = tuple(frozenset(n.features) for n in nodes)
         self.node_gpus = np.diff(topology.node_first_gpu)
@@ -657,7 +659,8 @@ class _Resources:
         cpus, mem, idle = self.cpus.copy(), self.mem.copy(), self.jobs == 0
         for a in (cpus, mem, idle):
             a.setflags(write=False)
-        return NodeCapacity(cpus=cpus, mem=mem, idle=idle, gpu_type=self.gpu_type, features=self.features)
+        return NodeCapacity(cpus=cpus, mem=mem, idle=idle, gpu_type=self.gpu_type, features=self.features,
+                            total_cpus=self.total_cpus, total_mem=self.total_mem)
 
     # ---- a plan's starts: all checked first (on copies), then applied one by one ----
 

@@ -1,13 +1,15 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from attentived.agents.fit import Fit
 from attentived.agents.order import Fifo
 from attentived.agents.pack import PackedPlacer
 from attentived.agents.placement import Consolidate, FirstFit
 from attentived.agents.policy import Scheduler
 from attentived.agents.registry import ALL, UnknownPolicy, make_policy
-from attentived.agents.state import RunningJob
+from attentived.agents.state import NodeCapacity, RunningJob
 from attentived.topology import uniform
 
 from .conftest import capacity, job, make_state
@@ -65,6 +67,25 @@ def test_the_cpus_of_a_start_that_ends_before_the_hold_are_back_at_the_hold():
     for placer in (Consolidate(), FirstFit()):
         plan = Scheduler(Fifo(), placer, backfill=True).decide(s)
         assert [st.job_id for st in plan.starts] == ["A", "C"] and [h.job_id for h in plan.holds] == ["B"], placer
+
+
+def test_an_exclusive_job_gives_each_node_back_whole_not_its_cpus_spread_by_gpus():
+    """A runs exclusive on nodes of 64 and 32 CPUs. B (40 CPUs, not on the 64-CPU node)
+    can never start: the 32-CPU node is all it may use. Spread by GPUs, A's 96 CPUs gave
+    that node 48, B was held there, and in strict order nothing started behind it."""
+    topo = uniform(3, 8)
+    name = [n.name for n in topo.nodes]
+    a = RunningJob("A", "x", tuple(range(16)), 0.0, 900.0, 100.0, cpus=96, exclusive=True)
+    cap = NodeCapacity(cpus=np.array([0, 0, 4]), mem=np.full(3, 10**6), idle=np.array([False, False, True]),
+                       gpu_type=("", "", ""), features=(frozenset(),) * 3,
+                       total_cpus=np.array([64, 32, 4]), total_mem=np.full(3, 10**6))
+    s = make_state(topo, [job("B", gpus=8, submit=1, cpus=40, exclude=(name[0],)), job("C", gpus=1, submit=2, cpus=1)],
+                   running=[a], now=1000, nodes=cap)
+    plan = Scheduler(Fifo(), Consolidate()).decide(s)
+    assert plan.holds == () and [st.job_id for st in plan.starts] == ["C"]
+    fit = Fit.of(s)
+    fit.release(a)
+    assert fit.cpus.tolist() == [64, 32, 4]
 
 
 def test_a_job_that_can_never_fit_does_not_block_the_queue(lab):

@@ -64,6 +64,7 @@ def test_snapshot_fills_node_capacity_and_job_requests():
     cap = built.state.nodes
     assert cap is not None and cap.cpus.tolist() == [1, 8, 8, 8] and cap.mem[0] == 63000
     assert cap.idle.tolist() == [False, True, True, True] and cap.gpu_type[0] == "h100"
+    assert cap.total_cpus.tolist() == [8] * 4 and cap.total_mem.tolist() == [64000] * 4
     p = {j.job_id: j for j in built.state.pending}
     assert p["1"].cpus == 6 and p["1"].exclude == ("node3", "node2") and p["1"].features == ("sw1", "rack1")
     assert built.constrained == {"2", "3"}  # an array; a feature expression the plan cannot check
