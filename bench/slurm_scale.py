@@ -486,6 +486,7 @@ def _run(base: Path, slurm: SyntheticSlurm, topo: Any, version: str, cycles: int
     the first ``squeue`` output)."""
     from attentived.agents.registry import make_policy
     from attentived.daemon import config as C
+    from attentived.daemon import heap
     from attentived.daemon.cli_backend import CliBackend
     from attentived.daemon.cycle import CycleRunner
 
@@ -511,6 +512,8 @@ def _run(base: Path, slurm: SyntheticSlurm, topo: Any, version: str, cycles: int
                 raise RuntimeError(f"cycle {i} failed: {res.error_kind}: {res.error}")
             calls = log.read_text().splitlines()[calls_before:]
             rows.append(_row(res, wall, calls))
+            if i == 0:
+                heap.settle()  # as the service does after its first good snapshot
             slurm.apply(res.outcomes)
             rows[-1]["churn"] = slurm.step(planned_starts(res, topo), ends=ends, arrivals=arrivals)
     finally:

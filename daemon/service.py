@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 
 from . import config as cfgmod
+from . import heap
 from . import log as dlog
 from .backend import Backend
 from .cycle import CycleRunner
@@ -103,6 +104,7 @@ class Service:
         self._reload = threading.Event()
         self._scheduler: Any = None
         self.cycles = 0
+        self._settle = True  # after the first good snapshot, and after each reload (daemon/heap.py)
 
     # ---- one cycle ------------------------------------------------------------------------
     def tick(self) -> None:
@@ -111,6 +113,9 @@ class Service:
             return
         res = self.runner.run_cycle()
         self.cycles += 1
+        if res.snapshot_ok and self._settle:
+            heap.settle()
+            self._settle = False
         if res.snapshot_ok and not self.notifier.ready_sent:
             self.notifier.ready(status=f"first cycle {'ok' if res.ok else 'failed'}")
             self.log.info("service.ready", notify=self.notifier.enabled)
@@ -206,6 +211,7 @@ class Service:
         old = self.config
         self.runner.reload(new)
         self.config = new
+        self._settle = True
         if (new.log_level, new.log_format) != (old.log_level, old.log_format):
             dlog.configure(new.log_level, new.log_format)
         if self._scheduler is not None and new.interval != old.interval:

@@ -391,3 +391,28 @@ def test_hand_back_at_exit_includes_a_partition_a_reload_dropped(tmp_path):
     e.reload(cfg(tmp_path, partitions=("main",)))
     e.hand_back()  # SIGTERM before the next cycle
     assert fake.jobs["7"].priority < e.settings.priority_floor and fake.jobs["8"].priority < e.settings.priority_floor
+
+
+def test_the_service_settles_the_heap_after_its_first_snapshot_and_after_a_reload(tmp_path):
+    """Long-lived objects leave the collector's generations (daemon/heap.py): once after
+    the first good snapshot, again after a reload (which thaws and collects the old ones)."""
+    import gc
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'partitions = ["main"]\nstate_dir = "{tmp_path / "state"}"\nmetrics_port = 0\n')
+    svc = Service(conf, backend=mix(), notifier=Notifier(address=""),
+                  runner_factory=lambda c, **kw: CycleRunner(c, topology=TOPO, **kw))
+    try:
+        gc.unfreeze()
+        svc.tick()
+        first = gc.get_freeze_count()
+        assert first > 0
+        gc.unfreeze()
+        svc.tick()
+        assert gc.get_freeze_count() == 0  # once, not every cycle
+        assert svc.reload() is True
+        svc.tick()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        svc._close()
