@@ -78,13 +78,14 @@ class Scheduler:
 
     Walks the ranking and starts every job that fits. The first job that does not fit is
     *held*: the plan keeps the GPUs it is expected to get when running jobs (and, if only
-    they are in its way, the jobs this plan starts) reach their time limits. Without backfill nothing after it starts (strict order, as
-    ``sched/builtin``); with backfill (EASY, as ``sched/backfill``) a later job may start if
-    it avoids the held GPUs (an exclusive held job's whole nodes) and the CPUs and memory
-    the held job will need there, or its time limit ends before the held job's expected
-    start. A job is placed only among the GPUs Slurm would let it use (`Fit.usable`: CPUs,
-    memory, ``--exclusive``, GPU type, ``-w``/``-x``, features), and each start books its
-    share of its nodes before the next job is placed.
+    they are in its way, the jobs this plan starts) reach their time limits. Without
+    backfill nothing after it starts (strict order, as ``sched/builtin``); with backfill
+    (EASY, as ``sched/backfill``) a later job may start if it avoids the held GPUs (an
+    exclusive held job's whole nodes) and the CPUs and memory the held job will need there,
+    or its time limit ends before the held job's expected start. A job is placed only among
+    the GPUs Slurm would let it use (`Fit.usable`: CPUs, memory, ``--exclusive``, GPU type,
+    ``-w``/``-x``, features), and each start books its share of its nodes before the next
+    job is placed.
     """
 
     chooser: JobChooser
@@ -192,16 +193,26 @@ def at_hold(fit: Fit, job: PendingJob, hold: Hold, state: ClusterState, also: Se
     plan starts, booked in ``fit``, released as running ones are."""
     if fit.cpus is None:
         return fit
-    topo = state.topology
-    nodes = set(topo.gpu_node[list(hold.gpus)].tolist())
-    then = fit.copy()
-    for run in _by_end(state, also):  # in the order they are expected to end
-        if run.expected_end(state.now) > hold.expected_start:
-            break
-        if not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
-            then.release(run)
+    then, _ = released_by(fit, state, hold.gpus, hold.expected_start, also)
     then.take(job, hold.gpus)
     return then
+
+
+def released_by(fit: Fit, state: ClusterState, gpus: Sequence[int], when: float,
+                also: Sequence[RunningJob] = ()) -> tuple[Fit, list[int]]:
+    """A copy of ``fit`` with the running jobs (and ``also``, this plan's starts) on the
+    nodes of ``gpus`` that are expected to end by ``when`` released, and the GPUs those
+    give back: the nodes as a job held there finds them."""
+    topo = state.topology
+    nodes = set(topo.gpu_node[list(gpus)].tolist())
+    then = fit.copy()
+    back: list[int] = []
+    for run in _by_end(state, also):  # in the order they are expected to end
+        if run.expected_end(state.now) > when:
+            break
+        if not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
+            back.extend(then.release(run))
+    return then, back
 
 
 def fits_both(job: PendingJob, free: np.ndarray, now: Fit, then: Fit) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 
 from attentived.agents.fit import Fit, kept_for
 from attentived.agents.plan import Hold, Plan, Start
+from attentived.agents.policy import released_by
 from attentived.agents.state import ClusterState, PendingJob
 
 
@@ -122,14 +123,9 @@ def _starts_there(state: ClusterState, fit: Fit, free: np.ndarray, job: PendingJ
     (``fit``, ``free``), by every check `Fit.usable` makes (CPUs, memory, ``--exclusive``,
     type, features, node list, exclusions). A hold kept where the job cannot start keeps
     it from every other node for nothing."""
-    topo = state.topology
-    nodes = set(topo.gpu_node[list(gpus)].tolist())
-    then, room = fit.copy(), free.copy()
-    for run in state.running_by_end:
-        if run.expected_end(state.now) > back:
-            break
-        if not nodes.isdisjoint(topo.gpu_node[list(run.gpus)].tolist()):
-            room[list(then.release(run))] = True
+    then, freed = released_by(fit, state, gpus, back)
+    room = free.copy()
+    room[freed] = True
     return bool(then.usable(job, room)[list(gpus)].all())
 
 

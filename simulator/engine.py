@@ -290,9 +290,12 @@ class Simulation:
         sizes = np.diff(topology.node_first_gpu)
         for s in jobs:  # a node count the cluster cannot hold would stall the replay only at its end
             n = s.job.num_nodes
-            if n is not None and int((sizes >= s.job.num_gpus // n).sum()) < n:
-                raise UnstartableJob(s.job.job_id, f"it asks for {n} node(s) with {s.job.num_gpus // n} GPU(s) each, "
-                                                   f"the cluster has {int((sizes >= s.job.num_gpus // n).sum())}")
+            if n is None:
+                continue
+            per = s.job.num_gpus // n
+            wide = int((sizes >= per).sum())
+            if wide < n:
+                raise UnstartableJob(s.job.job_id, f"it asks for {n} node(s) with {per} GPU(s) each, the cluster has {wide}")
         # Arrival order (submit time, then job id) is also the row order of the queue
         # table below, so the pending rows are always ascending.
         self.jobs = sorted(jobs, key=lambda s: (s.job.submit_time, s.job.job_id))
