@@ -77,6 +77,11 @@ class PPOConfig:
     # its teacher's plan at W = 0 and reads all of it at W = 1.
     plan_by_fairness: bool = False
     teacher: str = "smallest-gpu-time"  # one of TEACHER_NAMES (training.teacher.TEACHERS)
+    # Every start in training follows the packing rule (`agents.pack`, `POLICY:pack=1`): a
+    # chosen job starts packed, or is held until it can, and validation runs the model
+    # with ``pack=1``. For a model that will run as ``attentive:model=PATH,pack=1``, so it
+    # learns its order under the rule it runs with (docs/agents.md, "Trained under the rule").
+    pack: bool = False
     # model
     net: NetConfig = field(default_factory=NetConfig)  # attentive
     mlp: MlpConfig = field(default_factory=MlpConfig)  # deeprm, proximity-drl
@@ -165,6 +170,9 @@ class PPOConfig:
             raise ValueError("plan_input is for the attentive agent with a fairness_range (the plan is the look-ahead's at W)")
         if self.plan_by_fairness and not self.plan_input:
             raise ValueError("plan_by_fairness needs plan_input (it scales the plan's marks by W)")
+        if self.pack and (self.agent == "proximity-drl" or self.plan_input):
+            raise ValueError("pack is for the two-phase agents (attentive, deeprm) without plan_input "
+                             "(the rule replaces the placements and WAITs the plan would mark)")
         if self.bc_fairness < 0 or (self.bc_fairness > 0 and self.fairness_range is None):
             raise ValueError(f"bc_fairness must be 0, or positive with a fairness_range (it weighs by W), got {self.bc_fairness}")
         if self.teacher not in TEACHER_NAMES:

@@ -10,6 +10,12 @@ One episode replays one workload (a window of a trace on a cluster shape, drawn 
 * **GPU phase** (``obs["phase"] == 1``): the action is a candidate placement
   ``0..max_candidates-1`` for the job just chosen.
 
+With ``pack=True`` every start follows the packing rule of ``POLICY:pack=1``
+(`attentived.agents.pack`), for a model that will run with it: a chosen job starts on its
+packed placement at once (no GPU phase: the rule places it), or, when it can pack only
+once running jobs end, is held for that with what cannot delay it started behind it; WAIT
+holds the first job of the queue that cannot start packed.
+
 Both phases share one ``Discrete(max(window + 1, max_candidates))`` action space;
 ``obs["action_mask"]`` (and `SchedulingEnv.action_masks`, the name sb3-contrib's
 MaskablePPO calls) says which actions are legal now. A masked action is never needed: the
@@ -88,7 +94,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -110,7 +116,9 @@ from attentived.agents.features import (
     JobView,
 )
 from attentived.agents.guided import look_ahead_teacher
-from attentived.agents.plan import Plan, Start
+from attentived.agents.pack import PackedPlacer
+from attentived.agents.plan import Hold, Plan, Start
+from attentived.agents.policy import Ranking, Scheduler
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.simulator.engine import SimJob, Simulation, prepare_jobs
 from attentived.simulator.metrics import summarize
@@ -211,6 +219,22 @@ class Mixture:
         return self.samplers[int(rng.choice(len(self.samplers), p=p / p.sum()))](rng)
 
 
+@dataclass
+class HeadFirst:
+    """A job chooser: pending job ``head`` first (none: no head), then the queue's order.
+    Under the packing rule it orders a WAIT, as the agent's plan orders ``pack=1``'s."""
+
+    head: int | None
+    name: str = "head-first"
+    needs_oracle: ClassVar[bool] = False
+
+    def rank(self, state: ClusterState) -> Ranking:
+        order = np.arange(len(state.pending))
+        if self.head is not None:
+            order = np.concatenate(([self.head], np.delete(order, self.head)))
+        return Ranking(order)
+
+
 class SchedulingEnv(gym.Env):
     """Two-phase scheduling on the simulator (see the module docstring)."""
 
@@ -228,6 +252,7 @@ class SchedulingEnv(gym.Env):
         fairness: float | tuple[float, float] = 1.0,
         urgency: bool = False,
         plan: bool = False,
+        pack: bool = False,
     ) -> None:
         lo, hi = fairness if isinstance(fairness, tuple) else (fairness, fairness)
         if not 0.0 <= lo <= hi <= 1.0:
@@ -238,6 +263,7 @@ class SchedulingEnv(gym.Env):
         self.invalid_penalty = invalid_penalty
         self.encoder = FeatureEncoder(window, max_candidates, urgency)
         self.plan = plan
+        self.packer = PackedPlacer() if pack else None
         self.window, self.max_nodes, self.max_candidates = window, max_nodes, max_candidates
         self.weights = reward
         self.wait_action = window
@@ -302,6 +328,8 @@ class SchedulingEnv(gym.Env):
             terms = self._wait()
             more, done = self._advance(self.sim.next_decision())
             terms = terms + more
+        elif self.phase == 0 and self.packer is not None:
+            terms, done = self._pack(int(self.jobs.index[action]))
         elif self.phase == 0:
             self._slot = action
             job = self.ctx.state.pending[int(self.jobs.index[action])]
@@ -310,16 +338,7 @@ class SchedulingEnv(gym.Env):
             done = False
         else:
             job = self.ctx.state.pending[int(self.jobs.index[self._slot])]
-            gpus = self.placements[action].gpus
-            self.sim.apply(Plan(order=self._order(), starts=(Start(job.job_id, gpus),)))
-            terms = self._started(job, gpus)
-            state = self.sim.snapshot()
-            if Context.of(state).feasible.any():
-                self._enter(state)
-                done = False
-            else:
-                more, done = self._advance(self.sim.next_decision())
-                terms = terms + more
+            terms, done = self._start(job, self.placements[action].gpus)
         info: dict[str, Any] = {"reward_terms": terms, "time": self.sim.now}
         if done:
             info["metrics"] = summarize(self.sim.result().records, self.episode.topology.num_gpus)
@@ -387,21 +406,68 @@ class SchedulingEnv(gym.Env):
         self._enter(state)
         return terms, False
 
+    def _start(self, job: PendingJob, gpus: tuple[int, ...]) -> tuple[RewardTerms, bool]:
+        """Start ``job`` on ``gpus`` now; a job phase follows at this instant while a job
+        still fits, else at the next event."""
+        assert self.sim is not None
+        self.sim.apply(Plan(order=self._order(), starts=(Start(job.job_id, gpus),)))
+        terms = self._started(job, gpus)
+        state = self.sim.snapshot()
+        if Context.of(state).feasible.any():
+            self._enter(state)
+            return terms, False
+        more, done = self._advance(self.sim.next_decision())
+        return terms + more, done
+
+    def _pack(self, index: int) -> tuple[RewardTerms, bool]:
+        """Pending job ``index`` chosen under the packing rule (``pack=True``), as
+        `attentived.agents.pack` starts the first job of a plan's order: on a packed
+        placement now (with no GPU phase: the rule places it), or, when it will pack once
+        running jobs end, held for that, with what cannot delay it started behind (a WAIT
+        for this job)."""
+        assert self.sim is not None and self.packer is not None
+        state = self.ctx.state
+        job = state.pending[index]
+        gpus = self.packer.place(job, state.free, state)
+        if gpus is not None:
+            return self._start(job, tuple(int(g) for g in gpus))
+        terms = self._wait(index)
+        more, done = self._advance(self.sim.next_decision())
+        return terms + more, done
+
+    def _unpacked(self) -> int | None:
+        """The first pending job, in the queue's order, that cannot start packed now
+        (`PackedPlacer`); ``None`` when every job can."""
+        assert self.packer is not None
+        state = self.ctx.state
+        return next((i for i, job in enumerate(state.pending)
+                     if not self.ctx.feasible[i] or self.packer.place(job, state.free, state) is None), None)
+
     def _order(self) -> tuple[str, ...]:
         return tuple(j.job_id for j in self.ctx.state.pending)
 
-    def _wait(self) -> RewardTerms:
+    def _wait(self, chosen: int | None = None) -> RewardTerms:
         """WAIT as the decision loop applies it (`attentived.agents.behind_wait`): the first
         job in the queue's order that cannot start now is held (the look-ahead's hold, if
         the observation shows its plan and it holds), and what cannot delay it starts now,
         so the agent learns what a WAIT does when it runs. (The loop ranks by the agent's
-        logits; the environment has none and ranks by the queue.)"""
+        logits; the environment has none and ranks by the queue.) Under the packing rule
+        it is what ``pack=1`` does with an order headed by ``chosen`` (`_pack`), else by
+        the first job that cannot start packed, then the queue's: that job is held where it
+        will pack, and behind it jobs start only packed off its GPUs or when their limit
+        ends before its start."""
         assert self.sim is not None
         state = self.ctx.state
-        plan = self.encoder.plan_of(state)
-        hold = wait_hold(state, np.flatnonzero(~self.ctx.feasible), plan)
-        starts = fill_behind_wait(state, state.pending, hold, plan)
-        self.sim.apply(Plan(order=self._order(), starts=tuple(starts), holds=(hold,) if hold else (), waited=True))
+        holds: tuple[Hold, ...]
+        if self.packer is None:
+            plan = self.encoder.plan_of(state)
+            hold = wait_hold(state, np.flatnonzero(~self.ctx.feasible), plan)
+            starts, holds = tuple(fill_behind_wait(state, state.pending, hold, plan)), (hold,) if hold else ()
+        else:
+            rule = Scheduler(HeadFirst(self._unpacked() if chosen is None else chosen), self.packer, backfill=True)
+            packed = rule.decide(state)
+            starts, holds = packed.starts, packed.holds
+        self.sim.apply(Plan(order=self._order(), starts=starts, holds=holds, waited=True))
         jobs = {j.job_id: j for j in state.pending} if starts else {}
         terms = RewardTerms()
         for start in starts:

@@ -51,7 +51,7 @@ class AgentKind:
 def _two_phase_env(cfg: PPOConfig, episodes: EpisodeSampler) -> SchedulingEnv:
     return SchedulingEnv(episodes, window=cfg.window, max_nodes=cfg.max_nodes, max_candidates=cfg.max_candidates,
                          reward=cfg.reward, fairness=cfg.fairness_range or 1.0, urgency=cfg.urgency_input,
-                         plan=cfg.plan_input)
+                         plan=cfg.plan_input, pack=cfg.pack)
 
 
 def _gpu_env(cfg: PPOConfig, episodes: EpisodeSampler) -> GpuByGpuEnv:

@@ -86,6 +86,7 @@ from attentived.agents.checkpoint import (
     save_training,
 )
 from attentived.agents.learned import POLICIES, load_learned
+from attentived.agents.pack import Pack
 from attentived.agents.registry import ALL, make_policy, unsupported
 from attentived.agents.spec import BadPolicyName
 from attentived.atomic import write_file, write_text
@@ -170,6 +171,8 @@ def validation_replay(cfg: PPOConfig, model: LoadedModel, episode: Episode, w: f
     thread count (the trainer's own setting, and a worker's too: 2 threads on each of 2
     workers would put 4 on the 2 cores)."""
     policy = POLICIES[cfg.agent](model, 0, cfg.torch_threads, **({} if w is None else {"fairness": w}))
+    if cfg.pack:  # the model runs as it was trained, under the packing rule
+        policy = Pack(policy, f"{policy.name}:pack=1")
     return Simulation(episode.jobs, episode.topology, policy).run().records
 
 

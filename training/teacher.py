@@ -64,7 +64,9 @@ def teacher_action(env: SchedulingEnv, teacher: str = "smallest-gpu-time") -> in
     among the candidates (the teacher places with Consolidate, one of the generators; a
     backfilled job that must avoid held GPUs may land elsewhere, and then the consolidate
     candidate stands in). A first start outside the agent's window, which the window's
-    construction makes rare, falls back to the feasible window job the teacher ranks first."""
+    construction makes rare, falls back to the feasible window job the teacher ranks first.
+    In an environment under the packing rule (``pack=True``), a plan that only holds a job
+    able to start now (spread) labels that job: choosing it there is holding it."""
     view, state = env.job_view, env.state
     plan = _plan(env, state, teacher)
     if env.phase == 1:  # the teacher's GPUs when it chose this job too, else consolidate's
@@ -76,6 +78,8 @@ def teacher_action(env: SchedulingEnv, teacher: str = "smallest-gpu-time") -> in
     slot_of = {state.pending[int(i)].job_id: s for s, i in enumerate(view.index) if i >= 0 and view.feasible[s]}
     if plan.starts and plan.starts[0].job_id in slot_of:
         return slot_of[plan.starts[0].job_id]
+    if not plan.starts and env.packer is not None and plan.holds and plan.holds[0].job_id in slot_of:
+        return slot_of[plan.holds[0].job_id]  # under the packing rule, choosing a job that cannot pack holds it
     if not plan.starts and view.action_mask[env.wait_action]:
         return env.wait_action
     return next((slot_of[j] for j in plan.order if j in slot_of), env.wait_action)

@@ -238,3 +238,78 @@ def test_wait_starts_what_cannot_delay_the_held_job_as_the_decision_loop_does():
     assert started["j1"].start_time > 0.0  # held for, not started behind the WAIT
     j0 = set(started["j0"].gpus)
     assert not j0 & set(started["j2"].gpus) and not j0 & set(started["j3"].gpus)
+
+
+def test_under_the_packing_rule_every_start_is_packed_without_a_gpu_phase():
+    """``pack=True``: a chosen job starts where `PackedPlacer` puts it (the model will run
+    with ``pack=1``, whose rule replaces the GPU agent), so no GPU phase comes."""
+    from attentived.agents.placement import packed
+
+    env = toy_env(pack=True)
+    rng = np.random.default_rng(4)
+    env.reset(seed=0)
+    done = False
+    while not done:
+        assert env.phase == 0
+        _, _, done, _, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+    records = env.sim.result().records
+    assert len(records) == 30
+    assert all(packed(env.episode.topology, r.gpus) for r in records)
+
+
+def packing_episode() -> Episode:
+    """Two 6-GPU jobs fill one node each of 2 x 8 GPUs; a 4-GPU job then fits only spread
+    (2 + 2), and a 1-GPU job of another user waits behind it."""
+    jobs = prepare_jobs([tj(0, 0.0, 3600.0, gpus=6), tj(1, 0.0, 7200.0, gpus=6, user="bob"),
+                         tj(2, 0.0, 600.0, gpus=4, user="carol"), tj(3, 1.0, 600.0, gpus=1, user="dave")], 0)
+    return Episode(tuple(jobs), uniform(2, 8, nodes_per_switch=1), "pack")
+
+
+def _slot(env, job_id):
+    return next(s for s, i in enumerate(env.job_view.index) if i >= 0 and env.state.pending[int(i)].job_id == job_id)
+
+
+def _choose(env, job_id):
+    """Choose ``job_id``, and without the packing rule its consolidated placement."""
+    env.step(_slot(env, job_id))
+    if env.phase == 1:
+        env.step(next(k for k, c in enumerate(env.placements) if "consolidate" in c.sources))
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_choosing_a_job_that_cannot_pack_holds_it_under_the_packing_rule(pack):
+    """Under the rule, choosing the 4-GPU job that fits only spread is holding it (as
+    `pack=1` holds the first job of its order that cannot pack): it starts whole on the
+    node the first 6-GPU job frees, and the 1-GPU job starts off its GPUs meanwhile.
+    Without the rule the same choice starts it spread at once."""
+    env = SchedulingEnv(FixedEpisode(packing_episode()), window=8, max_nodes=4, pack=pack)
+    env.reset(seed=0)
+    for job_id in ("j0", "j1", "j2"):
+        assert env.state.num_free == 16 - 6 * int(job_id[1])
+        _choose(env, job_id)
+    done = False
+    while not done:
+        _, _, done, _, _ = env.step(int(np.flatnonzero(env.action_masks())[0]))
+    runs = {r.job_id: r for r in env.sim.result().records}
+    nodes = {g // 8 for g in runs["j2"].gpus}
+    if pack:
+        assert runs["j2"].start_time == pytest.approx(runs["j0"].end_time) and nodes == {g // 8 for g in runs["j0"].gpus}
+        assert runs["j3"].start_time == pytest.approx(1.0) and not set(runs["j3"].gpus) & set(runs["j2"].gpus)
+    else:
+        assert runs["j2"].start_time == 0.0 and len(nodes) == 2
+
+
+def test_the_packed_teachers_hold_is_the_label_under_the_packing_rule():
+    """A teacher plan that starts nothing and holds a job that fits only spread labels that
+    job under the rule (choosing it holds it there), WAIT without the rule."""
+    from attentived.training.teacher import teacher_action
+
+    labels = {}
+    for pack in (False, True):
+        env = SchedulingEnv(FixedEpisode(packing_episode()), window=8, max_nodes=4, pack=pack)
+        env.reset(seed=0)
+        for job_id in ("j0", "j1"):
+            _choose(env, job_id)
+        labels[pack] = (teacher_action(env, "look-ahead-packed"), _slot(env, "j2"), env.wait_action)
+    assert labels[True][0] == labels[True][1]
+    assert labels[False][0] == labels[False][2]

@@ -359,3 +359,25 @@ def test_the_same_loop_trains_the_drl_baselines(tmp_path, agent):
     assert len(records) == 25
     with pytest.raises(CheckpointError, match=f"a model of the {agent} agent, not attentive"):
         make_policy("attentive", model=str(best))
+
+
+def test_a_run_under_the_packing_rule_is_validated_under_it(tmp_path):
+    """``pack = true`` trains and validates the model as it will run, with ``pack=1``:
+    every validation start is packed, where the same model alone spreads jobs."""
+    from dataclasses import replace
+
+    from attentived.agents.placement import packed
+    from attentived.simulator.trace import load_trace
+    from attentived.training.kinds import kind_defaults
+    from attentived.training.ppo import validation_replay
+
+    conditioned = {k: v for k, v in kind_defaults("attentive").items() if k in ("fairness_range", "urgency_input")}
+    cfg = tiny_config(tmp_path, **conditioned, pack=True, teacher="look-ahead-packed", val_jobs=60)
+    train(cfg, progress=False)
+    model = load_model(Path(cfg.out_dir) / "final.pt")
+    episodes = [e for group in validation_episodes(cfg, load_trace(cfg.train_trace)) for e in group]
+    spread = {}
+    for pack in (True, False):
+        records = [r for e in episodes for r in validation_replay(replace(cfg, pack=pack), model, e, 0.0)]
+        spread[pack] = sum(not packed(episodes[0].topology, r.gpus) for r in records)
+    assert spread[True] == 0 < spread[False]

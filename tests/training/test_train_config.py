@@ -173,3 +173,21 @@ def test_the_packed_teacher_holds_a_job_the_look_ahead_would_start_spread():
     assert not packed(topo, spread.gpus)  # two islands of node1
     plan = TEACHERS["look-ahead-packed"](0.75).decide(state)
     assert plan.starts == () and [h.job_id for h in plan.holds] == ["four"] and packed(topo, plan.holds[0].gpus)
+
+
+def test_the_packing_rule_is_for_the_two_phase_agents_without_the_plan_input():
+    from dataclasses import replace
+
+    from attentived.training.kinds import KINDS, kind_defaults
+
+    with pytest.raises(ValueError, match="pack is for the two-phase agents"):
+        PPOConfig(**{**kind_defaults("proximity-drl"), "pack": True})
+    with pytest.raises(ValueError, match="pack is for the two-phase agents"):
+        PPOConfig(**{**kind_defaults("attentive"), "plan_input": True, "pack": True})
+    for agent in ("attentive", "deeprm"):
+        cfg = PPOConfig(**{**kind_defaults(agent), "pack": True})
+        assert KINDS[agent].make_env(cfg, lambda rng: None).packer is not None  # type: ignore[arg-type,return-value]
+        assert KINDS[agent].make_env(replace(cfg, pack=False), lambda rng: None).packer is None  # type: ignore[arg-type,return-value]
+    recipe = load_train_config(Path(__file__).parents[2] / "training" / "recipes" / "attentive-pack-env.toml",
+                               PPOConfig(**kind_defaults("attentive")))
+    assert recipe.pack and recipe.teacher == "look-ahead-packed"
