@@ -186,8 +186,8 @@ def test_the_packing_rule_is_for_the_two_phase_agents_without_the_plan_input():
         PPOConfig(**{**kind_defaults("attentive"), "plan_input": True, "pack": True})
     for agent in ("attentive", "deeprm"):
         cfg = PPOConfig(**{**kind_defaults(agent), "pack": True})
-        assert KINDS[agent].make_env(cfg, lambda rng: None).packer is not None  # type: ignore[arg-type,return-value]
-        assert KINDS[agent].make_env(replace(cfg, pack=False), lambda rng: None).packer is None  # type: ignore[arg-type,return-value]
+        assert KINDS[agent].make_env(cfg, lambda rng: None).packer is not None
+        assert KINDS[agent].make_env(replace(cfg, pack=False), lambda rng: None).packer is None
     recipe = load_train_config(Path(__file__).parents[2] / "training" / "recipes" / "attentive-pack-env.toml",
                                PPOConfig(**kind_defaults("attentive")))
     assert recipe.pack and recipe.teacher == "look-ahead-packed"
