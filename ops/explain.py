@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from attentived.agents.order import estimated_runtime
+from attentived.agents.pack import Pack
 from attentived.agents.registry import PLACERS
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.daemon import config as cfgmod
@@ -190,6 +191,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
     est = estimated_runtime(job, state)
     score = scores(policy, state)
     learned = hasattr(policy, "explain") and hasattr(policy, "encoder")
+    ruled = isinstance(policy, Pack)  # pack=1: the packing rule places every start, not the GPU agent
     by_id = {j.job_id: j for j in state.pending}
 
     if job_id in starts:
@@ -220,7 +222,11 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
             competing.append({"job": other, "user": oj.user if oj else "", "gpus": oj.num_gpus if oj else None,
                               "rank": order.index(other) + 1 if other in order else None, "attention": weight,
                               "probability": probs.get(other)})
-        if exp.placement is not None:
+        if exp.placement is not None and ruled:
+            alternatives.append(_option(state, speed, job, model, tuple(exp.placement.gpus), est,
+                                        source="agent (pack=1 places by the packing rule instead)",
+                                        probability=exp.placement.probability))
+        elif exp.placement is not None:
             placement = _option(state, speed, job, model, tuple(exp.placement.gpus), est,
                                 source="agent", probability=exp.placement.probability)
             for o in exp.alternatives[: k - 1]:
@@ -245,7 +251,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
     if placement is None and chosen:
         placement = _option(state, speed, job, model, tuple(chosen), est,
                             source={"start": "plan start", "hold": "plan hold (reserved)", "wait": "projected"}[
-                                decision["action"]])
+                                decision["action"]] + (", by the packing rule" if ruled else ""))
     placement_note = None
     if placement is None:
         placement_note = ("no GPUs planned yet: the jobs ahead of it wait for running jobs without a time limit, "
