@@ -45,7 +45,7 @@ from attentived.topology import Link, Topology
 from attentived.topology.speed import SpeedModel
 
 from .carried_plan import plan_at
-from .fit import Fit, request
+from .fit import Fit
 from .objective import fairness_weights
 from .order import estimated_runtime, estimated_runtimes
 from .placement import Consolidate, FirstFit, LoadBalance
@@ -113,17 +113,14 @@ class Context:
         until = state.release_in
         feasible = state.queue.gpus <= state.num_free
         ctx = cls(state, island_free, node_free, until, feasible, estimated_runtimes(state), Fit.of(state))
-        pending = state.pending
-        check = state.irregular.tolist()
-        known: dict[tuple, bool] = {}  # jobs asking the same fit the same GPUs
-        for i in sorted(check):
-            if feasible[i]:
-                j = pending[i]
-                key = request(j)
-                if key not in known:
-                    room = ctx.room(j)
-                    known[key] = fits(j, room.num_free, room.node_free)
-                feasible[i] = known[key]
+        check = state.irregular
+        counted = feasible[check]  # enough free GPUs: whether they fit is asked once per request
+        if counted.any():
+            rows = check[counted]
+            _, first, which = np.unique(state.irregular_requests[counted], return_index=True, return_inverse=True)
+            fit_now = np.array([fits(j, (room := ctx.room(j)).num_free, room.node_free)
+                                for j in (state.pending[int(i)] for i in rows[first])], dtype=bool)
+            feasible[rows] = fit_now[which]
         return ctx
 
     def room(self, job: PendingJob) -> Room:

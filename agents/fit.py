@@ -34,12 +34,6 @@ from attentived.topology import Topology
 from .state import ClusterState, NodeCapacity, PendingJob, RunningJob
 
 
-def request(job: PendingJob) -> tuple:
-    """Everything `Fit.usable` reads of ``job``: jobs with equal requests may use the same GPUs."""
-    return (job.num_gpus, job.num_nodes, job.cpus, job.mem_per_node, job.mem_per_cpu, job.exclusive,
-            job.gpu_type, job.nodelist, job.exclude, job.features, job.partition)
-
-
 class Fit:
     """One plan's account of the nodes' CPUs and memory, and the GPUs each job may use.
 

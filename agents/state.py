@@ -74,6 +74,13 @@ class PendingJob:
         return max(0.0, now - self.submit_time)
 
 
+def request(job: PendingJob) -> tuple:
+    """Everything `attentived.agents.fit.Fit.usable` reads of ``job``: jobs with equal
+    requests may use the same GPUs."""
+    return (job.num_gpus, job.num_nodes, job.cpus, job.mem_per_node, job.mem_per_cpu, job.exclusive,
+            job.gpu_type, job.nodelist, job.exclude, job.features, job.partition)
+
+
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job holding GPUs. Its expected end is ``start_time + time_limit`` when a limit exists.
@@ -543,6 +550,16 @@ class ClusterState:
         return until
 
     @cached_property
+    def irregular_requests(self) -> np.ndarray:
+        """Per `irregular` job, a number shared by the jobs asking alike (`request`): they
+        fit now or not together. Numbered once per snapshot and carried through a plan's
+        starts (`started`): asked anew at each start, the daemon's 10,000-job queue at
+        16,384 GPUs made a plan of 140 starts build 1.3 million request tuples (1.5 s)."""
+        pending, numbers = self.pending, dict[tuple, int]()
+        return np.array([numbers.setdefault(request(pending[int(i)]), len(numbers)) for i in self.irregular],
+                        dtype=np.int64)
+
+    @cached_property
     def irregular(self) -> np.ndarray:
         """Queue indices of the jobs for which enough free GPUs does not mean they fit: a
         node count, a placement constraint, or CPUs, memory or partitions that leave out
@@ -602,6 +619,9 @@ class ClusterState:
             cache["release_in"] = until
         if "irregular" in self.__dict__ and (nodes is None) == (self.nodes is None):
             r = self.irregular
-            r = r[r != index]
+            kept = r != index
+            r = r[kept]
             cache["irregular"] = np.where(r > index, r - 1, r)
+            if "irregular_requests" in self.__dict__:
+                cache["irregular_requests"] = self.irregular_requests[kept]
         return out

@@ -65,3 +65,24 @@ def test_a_start_carries_over_what_it_cannot_change():
     assert np.array_equal(after.irregular, fresh.irregular)
     assert all(np.array_equal(a, b) for a, b in zip(after.free_counts, fresh.free_counts))
     assert np.array_equal(after.queue.gpus, fresh.queue.gpus) and after.queue.users == fresh.queue.users
+
+
+def test_a_start_carries_which_irregular_jobs_ask_alike():
+    """`ClusterState.irregular_requests` numbers the jobs that ask alike once per snapshot;
+    a start carries it (its job cut out), and jobs ask alike after it exactly when a fresh
+    snapshot says so."""
+    topo = uniform(4, 8, nodes_per_switch=2)
+    pending = [job(f"p{i}", gpus=1 + i % 2, user=f"u{i % 3}", submit=float(i), nodes=1 if i % 3 else None)
+               for i in range(9)]
+    s = make_state(topo, pending, now=100.0)
+    s.irregular_requests  # noqa: B018  (computed, so `started` carries it)
+    fit = Fit.of(s)
+    run = fit.started(s.pending[1], (0, 1), s.now)  # p1: the first of its request
+    after = s.started(1, run, fit.capacity())
+    fresh = ClusterState(now=after.now, topology=topo, free=after.free, pending=after.pending, running=after.running,
+                         users=after.users, nodes=after.nodes)
+    assert "irregular_requests" in vars(after)
+    carried, anew = after.irregular_requests, fresh.irregular_requests
+    assert np.array_equal(after.irregular, fresh.irregular) and len(carried) == 5
+    assert np.array_equal(carried[:, None] == carried[None, :], anew[:, None] == anew[None, :])
+    assert len(set(anew.tolist())) == 2  # 1 GPU on one node, 2 GPUs on one node
