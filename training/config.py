@@ -81,6 +81,8 @@ class PPOConfig:
     # chosen job starts packed, or is held until it can, and validation runs the model
     # with ``pack=1``. For a model that will run as ``attentive:model=PATH,pack=1``, so it
     # learns its order under the rule it runs with (docs/agents.md, "Trained under the rule").
+    # Teach it with ``look-ahead-packed``: another teacher labels spread starts, which
+    # under the rule hold their job instead.
     pack: bool = False
     # model
     net: NetConfig = field(default_factory=NetConfig)  # attentive

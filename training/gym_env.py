@@ -428,7 +428,7 @@ class SchedulingEnv(gym.Env):
         assert self.sim is not None and self.packer is not None
         state = self.ctx.state
         job = state.pending[index]
-        gpus = self.packer.place(job, state.free, state)
+        gpus = self.packer.place(job, self.ctx.fit.usable(job, state.free), state)
         if gpus is not None:
             return self._start(job, tuple(int(g) for g in gpus))
         terms = self._wait(index)
@@ -437,11 +437,11 @@ class SchedulingEnv(gym.Env):
 
     def _unpacked(self) -> int | None:
         """The first pending job, in the queue's order, that cannot start packed now
-        (`PackedPlacer`); ``None`` when every job can."""
+        (`PackedPlacer`, among the GPUs it may use); ``None`` when every job can."""
         assert self.packer is not None
-        state = self.ctx.state
-        return next((i for i, job in enumerate(state.pending)
-                     if not self.ctx.feasible[i] or self.packer.place(job, state.free, state) is None), None)
+        state, fit = self.ctx.state, self.ctx.fit
+        return next((i for i, job in enumerate(state.pending) if not self.ctx.feasible[i]
+                     or self.packer.place(job, fit.usable(job, state.free), state) is None), None)
 
     def _order(self) -> tuple[str, ...]:
         return tuple(j.job_id for j in self.ctx.state.pending)
@@ -455,7 +455,11 @@ class SchedulingEnv(gym.Env):
         it is what ``pack=1`` does with an order headed by ``chosen`` (`_pack`), else by
         the first job that cannot start packed, then the queue's: that job is held where it
         will pack, and behind it jobs start only packed off its GPUs or when their limit
-        ends before its start."""
+        ends before its start. One difference remains: ``pack=1`` plans an instant at
+        once and holds a job behind that plan's own starts only when nothing else makes
+        room, where here those starts already run and release at their limits like any
+        other job, so a hold after them may come sooner and let more start behind it (44
+        of 150 random episodes differed from ``fifo+consolidate+backfill:pack=1``)."""
         assert self.sim is not None
         state = self.ctx.state
         holds: tuple[Hold, ...]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -313,3 +314,22 @@ def test_the_packed_teachers_hold_is_the_label_under_the_packing_rule():
         labels[pack] = (teacher_action(env, "look-ahead-packed"), _slot(env, "j2"), env.wait_action)
     assert labels[True][0] == labels[True][1]
     assert labels[False][0] == labels[False][2]
+
+
+def test_under_the_packing_rule_a_job_starts_only_where_it_may():
+    """The rule places a job among the GPUs Slurm would let it use (`Fit.usable`), as
+    ``pack=1`` does: an exclusive job on the idle node, a job with ``-x node1`` off node1.
+    On all free GPUs the simulator refused both starts and the episode died."""
+    topo = uniform(2, 8, nodes_per_switch=1)
+    jobs = prepare_jobs([tj(0, 0.0, 600.0, gpus=1), replace(tj(1, 0.0, 600.0, gpus=2, user="bob"), exclusive=True),
+                         replace(tj(2, 0.0, 600.0, gpus=4, user="carol"), exclude=(topo.nodes[0].name,))], 0)
+    env = SchedulingEnv(FixedEpisode(Episode(tuple(jobs), topo, "constrained")), window=8, max_nodes=4, pack=True)
+    env.reset(seed=0)
+    for job_id in ("j0", "j1"):
+        env.step(_slot(env, job_id))
+    done = False
+    while not done:
+        _, _, done, _, _ = env.step(int(np.flatnonzero(env.action_masks())[0]))
+    runs = {r.job_id: r for r in env.sim.result().records}
+    assert runs["j1"].start_time == 0.0 and {g // 8 for g in runs["j1"].gpus} == {1}  # node1 runs j0
+    assert {g // 8 for g in runs["j2"].gpus} == {1} and runs["j2"].start_time == pytest.approx(runs["j1"].end_time)
