@@ -56,6 +56,16 @@ from .inspect import (
 )
 
 
+def _packed(policy: Any) -> bool:
+    """Whether ``policy`` starts jobs by the packing rule (``pack=1``), under any other
+    wrapper (``one_node=1`` wraps it)."""
+    while policy is not None:
+        if isinstance(policy, Pack):
+            return True
+        policy = getattr(policy, "__dict__", {}).get("inner")
+    return False
+
+
 def _option(state: ClusterState, speed: SpeedModel, job: PendingJob, model: str, gpus: tuple[int, ...],
             est: float, **extra: Any) -> dict[str, Any]:
     topo = state.topology
@@ -191,7 +201,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
     est = estimated_runtime(job, state)
     score = scores(policy, state)
     learned = hasattr(policy, "explain") and hasattr(policy, "encoder")
-    ruled = isinstance(policy, Pack)  # pack=1: the packing rule places every start, not the GPU agent
+    ruled = _packed(policy)  # pack=1: the packing rule places every start, not the GPU agent
     by_id = {j.job_id: j for j in state.pending}
 
     if job_id in starts:

@@ -151,11 +151,13 @@ def test_explain_under_the_packing_rule_shows_the_rules_placement(site):
     """With ``pack=1`` the rule places every start: the placement shown is the plan's, and
     the agent's own pick is only an alternative, named as replaced."""
     conf, state, fake = site
-    conf.write_text(conf.read_text() + 'policy = "attentive:pack=1"\n')
-    doc = json.loads(invoke("explain", "12", "-c", str(conf), "--json").stdout)
-    assert doc["learned"] and doc["decision"]["action"] == "start"
-    assert doc["placement"]["source"] == "plan start, by the packing rule"
-    assert [a["source"] for a in doc["alternatives"]] == ["agent (pack=1 places by the packing rule instead)"]
+    config = conf.read_text()
+    for policy in ("attentive:pack=1", "attentive:one_node=1,pack=1"):  # one_node wraps the packing rule
+        conf.write_text(config + f'policy = "{policy}"\n')
+        doc = json.loads(invoke("explain", "12", "-c", str(conf), "--json").stdout)
+        assert doc["learned"] and doc["decision"]["action"] == "start", policy
+        assert doc["placement"]["source"] == "plan start, by the packing rule", policy
+        assert [a["source"] for a in doc["alternatives"]] == ["agent (pack=1 places by the packing rule instead)"]
 
 
 # ---- decisions, topology, config check ------------------------------------------------------------
