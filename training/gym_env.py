@@ -220,19 +220,20 @@ class Mixture:
 
 
 @dataclass
-class HeadFirst:
-    """A job chooser: pending job ``head`` first (none: no head), then the queue's order.
-    Under the packing rule it orders a WAIT, as the agent's plan orders ``pack=1``'s."""
+class FirstThen:
+    """A job chooser: the pending jobs ``first`` names, in that order, then the others in
+    the queue's. Under the packing rule it orders an instant as the agent's plan orders
+    ``pack=1``'s: the jobs it started, the one it holds, then the rest (the environment has
+    no logits to rank them by)."""
 
-    head: int | None
-    name: str = "head-first"
+    first: tuple[str, ...]
+    name: str = "first-then-queue"
     needs_oracle: ClassVar[bool] = False
 
     def rank(self, state: ClusterState) -> Ranking:
-        order = np.arange(len(state.pending))
-        if self.head is not None:
-            order = np.concatenate(([self.head], np.delete(order, self.head)))
-        return Ranking(order)
+        at = {job.job_id: i for i, job in enumerate(state.pending)}
+        head = np.array([at[j] for j in self.first], dtype=np.int64)
+        return Ranking(np.concatenate((head, np.setdiff1d(np.arange(len(state.pending)), head))))
 
 
 class SchedulingEnv(gym.Env):
@@ -314,6 +315,7 @@ class SchedulingEnv(gym.Env):
         if state is None:
             raise ValueError(f"episode {self.episode.name} has nothing to decide")
         self._enter(state)
+        self._instant: tuple[ClusterState, list[Start]] = (state, [])
         return self._obs(), {"episode_name": self.episode.name}
 
     def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
@@ -404,6 +406,7 @@ class SchedulingEnv(gym.Env):
             self._phase = 0
             return terms, True
         self._enter(state)
+        self._instant = (state, [])  # a new instant: its first snapshot, no start yet
         return terms, False
 
     def _start(self, job: PendingJob, gpus: tuple[int, ...]) -> tuple[RewardTerms, bool]:
@@ -411,6 +414,7 @@ class SchedulingEnv(gym.Env):
         still fits, else at the next event."""
         assert self.sim is not None
         self.sim.apply(Plan(order=self._order(), starts=(Start(job.job_id, gpus),)))
+        self._instant[1].append(Start(job.job_id, gpus))
         terms = self._started(job, gpus)
         state = self.sim.snapshot()
         if Context.of(state).feasible.any():
@@ -452,14 +456,13 @@ class SchedulingEnv(gym.Env):
         the observation shows its plan and it holds), and what cannot delay it starts now,
         so the agent learns what a WAIT does when it runs. (The loop ranks by the agent's
         logits; the environment has none and ranks by the queue.) Under the packing rule
-        it is what ``pack=1`` does with an order headed by ``chosen`` (`_pack`), else by
-        the first job that cannot start packed, then the queue's: that job is held where it
-        will pack, and behind it jobs start only packed off its GPUs or when their limit
-        ends before its start. One difference remains: ``pack=1`` plans an instant at
-        once and holds a job behind that plan's own starts only when nothing else makes
-        room, where here those starts already run and release at their limits like any
-        other job, so a hold after them may come sooner and let more start behind it (44
-        of 150 random episodes differed from ``fifo+consolidate+backfill:pack=1``)."""
+        it is what ``pack=1`` plans for the instant: on its first snapshot, the jobs
+        started at it so far, then ``chosen`` (`_pack`) or else the first job that cannot
+        start packed, then the queue. That job is held where it will pack, behind the
+        instant's own starts only when nothing else makes room, as one plan holds; behind
+        it jobs start only packed off its GPUs or when their limit ends before its start.
+        Planned on the latest snapshot instead, where the instant's starts run and release
+        at their limits, 44 of 150 random episodes held sooner than ``pack=1``."""
         assert self.sim is not None
         state = self.ctx.state
         holds: tuple[Hold, ...]
@@ -468,9 +471,12 @@ class SchedulingEnv(gym.Env):
             hold = wait_hold(state, np.flatnonzero(~self.ctx.feasible), plan)
             starts, holds = tuple(fill_behind_wait(state, state.pending, hold, plan)), (hold,) if hold else ()
         else:
-            rule = Scheduler(HeadFirst(self._unpacked() if chosen is None else chosen), self.packer, backfill=True)
-            packed = rule.decide(state)
-            starts, holds = packed.starts, packed.holds
+            first, made = self._instant
+            head = self._unpacked() if chosen is None else chosen
+            order = (*(s.job_id for s in made), *(() if head is None else (state.pending[head].job_id,)))
+            packed = Scheduler(FirstThen(order), self.packer, backfill=True).decide(first)
+            assert packed.starts[: len(made)] == tuple(made), "the instant's plan places its starts as they were made"
+            starts, holds = packed.starts[len(made):], packed.holds
         self.sim.apply(Plan(order=self._order(), starts=starts, holds=holds, waited=True))
         jobs = {j.job_id: j for j in state.pending} if starts else {}
         terms = RewardTerms()
