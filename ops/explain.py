@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from attentived.agents.order import estimated_runtime
-from attentived.agents.pack import Pack
+from attentived.agents.pack import PackedPlacer
 from attentived.agents.registry import PLACERS
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.daemon import config as cfgmod
@@ -54,16 +54,6 @@ from .inspect import (
     slurm_order,
     slurm_start_estimates,
 )
-
-
-def _packed(policy: Any) -> bool:
-    """Whether ``policy`` starts jobs by the packing rule (``pack=1``), under any other
-    wrapper (``one_node=1`` wraps it)."""
-    while policy is not None:
-        if isinstance(policy, Pack):
-            return True
-        policy = getattr(policy, "__dict__", {}).get("inner")
-    return False
 
 
 def _option(state: ClusterState, speed: SpeedModel, job: PendingJob, model: str, gpus: tuple[int, ...],
@@ -195,13 +185,14 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
     starts = {s.job_id: s for s in plan.starts}
     holds = {h.job_id: h for h in plan.holds}
     masks: dict[str, np.ndarray] = {job_id: np.zeros(0, bool)}
-    proj = project(plan, state, placer_of(policy), masks=masks)
+    placer = placer_of(policy)  # through any wrapper (``one_node=1`` forwards to ``pack=1``'s)
+    proj = project(plan, state, placer, masks=masks)
     speed = SpeedModel(state.topology)
     model = resolve_model(job.model, job_id, job.num_gpus, cfg.seed)
     est = estimated_runtime(job, state)
     score = scores(policy, state)
     learned = hasattr(policy, "explain") and hasattr(policy, "encoder")
-    ruled = _packed(policy)  # pack=1: the packing rule places every start, not the GPU agent
+    ruled = isinstance(placer, PackedPlacer)  # pack=1: the packing rule places every start, not the GPU agent
     by_id = {j.job_id: j for j in state.pending}
 
     if job_id in starts:
