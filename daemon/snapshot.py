@@ -10,10 +10,12 @@
 - ``nodes`` (``NodeCapacity``) holds each node's free CPUs and memory, whether it is idle
   (for ``--exclusive``), its GPU type and features: what slurmctld checks besides GPUs.
 - ``running`` holds every job holding GPUs (any partition: they occupy the cluster), with
-  the GPU indices Slurm gave them on nodes that take jobs: GPUs on a node that is drained
-  or down do not come back when the job ends, so no hold or look-ahead plans on them (a
-  job held there in ``block`` mode, excluded from every other node, would never start).
-  A job wholly on such nodes is left out (its GPUs stay busy).
+  the GPU indices Slurm gave them on nodes that take the daemon's jobs: GPUs on a node that
+  is drained or down, or in an active reservation of someone else, do not come back to the
+  daemon's jobs when the job ends, so no hold or look-ahead plans on them (a job held
+  there in ``block`` mode, excluded from every other node, would never start; an ``attach``
+  hold's reservation would overlap the other one, which Slurm refuses). A job wholly on
+  such nodes is left out (its GPUs stay busy).
 - ``pending`` holds the jobs the daemon manages: in a managed partition (all of them, for a
   job submitted to several), eligible (not held, no unmet dependency or begin time), asking
   for at least one GPU, with their CPUs, memory, ``--exclusive``, GPU type, ``-w``, ``-x``
@@ -175,7 +177,8 @@ def build_state(
     capacity = _capacity(snap, topo)
 
     # running jobs and their GPUs
-    out_of_service = {topo.node_index[n] for n, snode in slurm_nodes.items() if not snode.usable and n in topo.node_index}
+    out_of_service = {topo.node_index[n] for n, snode in slurm_nodes.items()
+                      if n in topo.node_index and (not snode.usable or n in foreign_reserved)}
     running: list[RunningJob] = []
     running_gpus: dict[str, tuple[int, ...]] = {}
     for job in snap.jobs:

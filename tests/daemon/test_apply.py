@@ -248,6 +248,26 @@ def test_a_job_is_not_held_on_a_draining_node():
     assert desired.exclusions["10"] == ("node1",)
 
 
+def test_a_job_is_not_held_on_a_node_reserved_for_someone_else():
+    """node1's job ends first, but node1 is in a maintenance reservation and node2 in a
+    reservation of root's: their GPUs go back to those reservations, not to the daemon's
+    jobs. Held there, a ``block`` hold would never start and an ``attach`` hold's
+    reservation would overlap (Slurm refuses it; the lab met it when node1's MAINT flag
+    showed a cycle late and the hold moved to node2)."""
+    nodes = [SlurmNode(f"node{i}", "ALLOCATED", gpus=8, gpu_type="h100", partitions=("main",)) for i in range(1, 4)]
+    run = [dataclasses.replace(running(str(i), "root", f"node{i}", range(8)), time_limit=600 * i) for i in range(1, 4)]
+    resv = [SlurmReservation("maint", ("node1",), ("root",), flags=("MAINT", "IGNORE_JOBS"), start_time=NOW - 5,
+                             end_time=NOW + 3600),
+            SlurmReservation("attentived-999", ("node2",), ("root",), flags=("IGNORE_JOBS",), start_time=NOW - 5,
+                             end_time=NOW + 3600)]
+    fake = FakeBackend([*run, pending("10", "alice", 8)], nodes, resv, now=NOW)
+    for mode in (S, dataclasses.replace(S, hold_mode="attach")):
+        plan, desired, _actions = cycle(fake, settings=mode)
+        (hold,) = plan.holds
+        assert hold.job_id == "10" and {TOPO.nodes[int(TOPO.gpu_node[g])].name for g in hold.gpus} == {"node3"}
+        assert set(desired.holds) <= {"attentived-10"}
+
+
 def test_a_job_kept_to_its_partition_is_not_read_as_a_users_exclusion():
     """`a` spans node1-2, each with 2 GPUs free; `b`'s node3-4 idle. A 4-GPU job of `a`
     that fixed no node count: its partition is not its user's ``-x``, so

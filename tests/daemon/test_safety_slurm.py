@@ -101,6 +101,8 @@ def test_never_touches_what_it_does_not_own(clean_lab, tmp_path):
     for _ in range(3):
         res = eng.run_cycle()
         assert res.ok, res.error
+        # node1 (maintenance), node2 and node4 are others' reservations: only node3 comes back
+        assert [h["nodes"] for h in res.plan_doc["holds"]] == [["node3"]], res.plan_doc["holds"]
         for a in res.actions:
             assert a.reservation not in ("attentived-maint", "attentived-999", "attentived-team"), a.describe()
             assert a.job_id != other, a.describe()
