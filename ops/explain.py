@@ -287,6 +287,13 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
         summary += (f"; its last planned start on {','.join(stall['nodes'])} did not happen (Slurm: {stall['reason']}), "
                     f"so the daemon keeps it off {','.join(stall['nodes'])} until "
                     f"{time.strftime('%H:%M:%S', time.localtime(stall['avoid_until']))}")
+    reserved = built.reserved_ahead.get(job_id)
+    if reserved:
+        by_name = {r.name: r for r in built.snapshot.reservations}
+        summary += "; its time limit reaches " + ", ".join(
+            f"reservation {n} (on {','.join(by_name[n].nodes)}, from "
+            f"{time.strftime('%H:%M:%S', time.localtime(by_name[n].start_time or 0))})" for n in reserved
+        ) + ", so Slurm would not start it there and the daemon keeps it off those nodes"
     known = {re.sub(r"[^a-z0-9]", "", n.lower()) for n in speed.profiles}
     declared = bool(job.model) and re.sub(r"[^a-z0-9]", "", (job.model or "").lower()) in known
     return {

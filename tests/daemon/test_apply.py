@@ -268,6 +268,29 @@ def test_a_job_is_not_held_on_a_node_reserved_for_someone_else():
         assert set(desired.holds) <= {"attentived-10"}
 
 
+def test_a_reservation_ahead_keeps_off_the_jobs_whose_limit_reaches_it():
+    """node2 is idle, but maintenance begins there in two minutes: slurmctld refuses a
+    30-minute job on it (the node would idle until the stall is noticed) and starts a
+    one-minute job there. A job already in a reservation of its own is left to Slurm."""
+    nodes = [SlurmNode(f"node{i}", "IDLE" if i == 2 else "ALLOCATED", gpus=8, gpu_type="h100", partitions=("main",))
+             for i in range(1, 5)]
+    run = [running(str(i), "root", f"node{i}", range(8), limit=limit) for i, limit in ((1, 3600), (3, 7200), (4, 10800))]
+    maint = SlurmReservation("maint", ("node2",), ("root",), flags=("MAINT",), start_time=NOW + 120, end_time=NOW + 720)
+    own = SlurmReservation("team", ("node1",), ("carol",), start_time=NOW + 60, end_time=NOW + 20000)
+    fake = FakeBackend([*run, pending("10", "alice", 2, time_limit=1800), pending("11", "bob", 2, t=1, time_limit=60),
+                        pending("12", "carol", 2, t=2, time_limit=None, reservation="team")], nodes, [maint, own], now=NOW)
+    built = build_state(fake.snapshot(), TOPO, ("main",))
+    assert built.reserved_ahead == {"10": ("team", "maint")}
+    assert {p.job_id: p.exclude for p in built.state.pending} == {"10": ("node1", "node2"), "11": (), "12": ()}
+    plan, desired, _actions = cycle(fake, policy="fifo+consolidate+backfill")
+    assert "11" in [s.job_id for s in plan.starts] and desired.pins["11"] == ("node2",)
+    assert "10" not in desired.pins and "12" not in desired.pins  # 12: ordered, placed by Slurm in its reservation
+    # node1's job ends first, but inside carol's reservation: its GPUs go to it, so 10 is held on node3
+    assert [r.job_id for r in built.state.running] == ["3", "4"]
+    assert [h.job_id for h in plan.holds] == ["10"]
+    assert {TOPO.nodes[int(TOPO.gpu_node[g])].name for g in plan.holds[0].gpus} == {"node3"}
+
+
 def test_a_job_kept_to_its_partition_is_not_read_as_a_users_exclusion():
     """`a` spans node1-2, each with 2 GPUs free; `b`'s node3-4 idle. A 4-GPU job of `a`
     that fixed no node count: its partition is not its user's ``-x``, so

@@ -10,6 +10,7 @@ happen going unnoticed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -198,9 +199,9 @@ def test_first_cycle_warms_up_and_a_stale_plan_is_made_again(clean_lab, tmp_path
 
 
 def test_planned_start_that_slurm_refuses_is_noticed_and_moved(clean_lab, tmp_path):
-    """An upcoming maintenance on node2 (not active yet, so the plan does not see it) makes
-    slurmctld refuse a 30-minute job there: the next cycle notices, keeps the job off
-    node2 and says so in status."""
+    """A maintenance on node2 booked between the first snapshot and its pin (hidden from
+    that snapshot here) makes slurmctld refuse the 30-minute job pinned there: the next
+    cycle notices, keeps the job off node2 and says so in status."""
     lab = clean_lab
     for i in (1, 3, 4):
         submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", "10", name=f"full{i}")
@@ -209,7 +210,15 @@ def test_planned_start_that_slurm_refuses_is_noticed_and_moved(clean_lab, tmp_pa
              "Users=root", "Nodes=node2", "Flags=MAINT"])
     job = submit(lab, "alice", "--gres=gpu:2", name="refused")
     eng = runner_for(lab, tmp_path, interval=1.0)
+    real = eng.backend.snapshot
+
+    def booked_after():
+        snap = real()
+        return dataclasses.replace(snap, reservations=tuple(r for r in snap.reservations if r.name != "maint"))
+
+    eng.backend.snapshot = booked_after
     first = eng.run_cycle()
+    eng.backend.snapshot = real
     assert [s["nodes"] for s in first.plan_doc["starts"] if s["job"] == job] == [["node2"]]
     time.sleep(2.0)
     second = eng.run_cycle()
@@ -218,6 +227,32 @@ def test_planned_start_that_slurm_refuses_is_noticed_and_moved(clean_lab, tmp_pa
     assert pins(lab).get(job) != "node2"
     status = json.loads((tmp_path / "state" / "status.json").read_text())
     assert any(f"job {job}" in w for w in status["warnings"]), status["warnings"]
+
+
+def test_a_reservation_ahead_keeps_off_only_the_jobs_it_would_refuse(clean_lab, tmp_path):
+    """node2 has 2 free GPUs but its maintenance begins in two minutes. slurmctld starts
+    no job there whose time limit reaches it: the plan never pins the 30-minute job to
+    node2 (no stall, no idle cycle), and a one-minute job still starts there."""
+    lab = clean_lab
+    blockers = [submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", "10", name=f"full{i}") for i in (1, 3, 4)]
+    blockers.append(submit(lab, None, "-w", "node2", "--gres=gpu:6", "--time", "10", name="most2"))
+    for job in blockers:
+        lab.wait_for_state(int(job), "RUNNING", timeout=20)
+    lab.run(["scontrol", "create", "reservation", "ReservationName=maint", "StartTime=now+120", "Duration=10",
+             "Users=root", "Nodes=node2", "Flags=MAINT,IGNORE_JOBS"])
+    long = submit(lab, "alice", "--gres=gpu:2", name="long")  # --time 30
+    eng = runner_for(lab, tmp_path, policy="fifo+consolidate+backfill", interval=1.0)
+    for _ in range(2):
+        res = eng.run_cycle()
+        assert res.ok, res.error
+        assert not any(s["job"] == long for s in res.plan_doc["starts"]), res.plan_doc["starts"]
+        assert [h["job"] for h in res.plan_doc["holds"]] == [long] and res.plan_doc["holds"][0]["nodes"] != ["node2"]
+        assert not res.plan_doc["stalls"], res.plan_doc["stalls"]
+        time.sleep(1.5)
+    short = submit(lab, "bob", "--gres=gpu:2", "--time", "1", name="short")
+    eng.run_cycle()
+    lab.wait_for_state(int(short), "RUNNING", timeout=15)
+    assert jobs_now(lab)[short]["NodeList"] == "node2" and jobs_now(lab)[long]["JobState"] == "PENDING"
 
 
 def test_partial_pin_update_is_read_back(clean_lab, tmp_path):

@@ -446,3 +446,17 @@ def test_a_stalled_start_is_explained_and_in_status(tmp_path):
     e.journal.close()
     doc = explain(c, "1", ins.connect(c, backend=fake, topology=TOPO))
     assert "did not happen (Slurm: Resources)" in doc["summary"] and doc["journal"]["stall"]["nodes"] == start["nodes"]
+
+
+def test_explain_says_which_reservation_ahead_keeps_a_job_off_its_nodes(tmp_path):
+    """node2's maintenance begins in two minutes: the 30-minute job is kept off it, and
+    `explain` names the reservation, its nodes and when it begins."""
+    from attentived.daemon.records import SlurmReservation
+    c = cfg(tmp_path)
+    fake = cluster([pending("1", "alice", 1, time_limit=1800)], run=[running("100", "root", "node1", range(6))])
+    fake.reservations["maint"] = SlurmReservation("maint", ("node2",), ("root",), flags=("MAINT",),
+                                                  start_time=NOW + 120, end_time=NOW + 720)
+    doc = explain(c, "1", live(c, fake))
+    assert doc["decision"]["action"] == "start" and "node2" not in doc["placement"]["nodes"]
+    assert "its time limit reaches reservation maint (on node2, from " in doc["summary"], doc["summary"]
+    assert "keeps it off those nodes" in doc["summary"]
