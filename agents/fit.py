@@ -11,7 +11,7 @@ ends).
 The model is `PendingJob`'s, the one the simulator checks every start by: a job's ``cpus``
 spread over its nodes in proportion to its GPUs there, rounded up, so on a node where it
 takes ``k`` of its ``g`` GPUs it needs ``ceil(cpus * k / g)`` CPUs and ``mem_per_node`` MB
-(or ``mem_per_cpu`` MB per CPU); an exclusive job needs nodes where nothing runs and holds
+(or ``mem_per_cpu`` MB per CPU, or ``mem_per_gpu`` MB per GPU: `PendingJob.mem_on`); an exclusive job needs nodes where nothing runs and holds
 them whole, their other GPUs too; each node must have the job's GPU type and all its
 features, be in one of its partitions and not in its ``-x`` list. A ``-w`` list must be
 covered whole (Slurm puts the job on every node it names), so the job runs on exactly those
@@ -129,6 +129,8 @@ class Fit:
             limit[self.mem < job.mem_per_node] = 0
         elif job.mem_per_cpu and job.cpus:
             limit = np.minimum(limit, self.mem // job.mem_per_cpu * g // job.cpus)
+        elif job.mem_per_gpu:
+            limit = np.minimum(limit, self.mem // job.mem_per_gpu)
         return limit
 
     def _static(self, job: PendingJob) -> np.ndarray:
@@ -169,7 +171,7 @@ class Fit:
             cpus, mem = self.cpus[nodes].copy(), self.mem[nodes].copy()
         else:
             cpus = -(-job.cpus * k // job.num_gpus)
-            mem = np.full(len(nodes), job.mem_per_node) if job.mem_per_node else job.mem_per_cpu * cpus
+            mem = job.mem_on(k, cpus)
         self.cpus[nodes] -= cpus
         self.mem[nodes] -= mem
         self.idle[nodes] = False

@@ -36,7 +36,8 @@ class PendingJob:
     The rest is what Slurm checks before it starts a job besides free GPUs, so that a plan
     never puts a job where Slurm will refuse it (`attentived.agents.fit` applies them):
     ``cpus`` in all (0: none to honour) spread over its nodes in proportion to its GPUs,
-    memory per node (``mem_per_node``, MB) or per CPU (``mem_per_cpu``), ``exclusive``
+    memory per node (``mem_per_node``, MB), per CPU (``mem_per_cpu``) or per GPU
+    (``mem_per_gpu``: ``--mem-per-gpu``, or the site's ``DefMemPerGPU``), ``exclusive``
     (whole idle nodes only), a GPU type (``--gres=gpu:h100:2``), the nodes it must run on
     (``nodelist``, ``-w``), may not run on (``exclude``, ``-x``) and the node features it
     requires (``features``, ``-C a&b``).
@@ -54,6 +55,7 @@ class PendingJob:
     cpus: int = 0
     mem_per_node: int = 0
     mem_per_cpu: int = 0
+    mem_per_gpu: int = 0
     exclusive: bool = False
     gpu_type: str = ""
     nodelist: tuple[str, ...] = ()
@@ -68,7 +70,18 @@ class PendingJob:
     @property
     def asks_resources(self) -> bool:
         """Whether it asks for CPUs or memory (which limit it only where nodes say what is left)."""
-        return bool(self.cpus or self.mem_per_node or self.mem_per_cpu)
+        return bool(self.cpus or self.mem_per_node or self.mem_per_cpu or self.mem_per_gpu)
+
+    @overload
+    def mem_on(self, gpus: int, cpus: int) -> int: ...
+    @overload
+    def mem_on(self, gpus: np.ndarray, cpus: np.ndarray) -> np.ndarray: ...
+
+    def mem_on(self, gpus: int | np.ndarray, cpus: int | np.ndarray) -> int | np.ndarray:
+        """MB the job needs on a node where it takes ``gpus`` GPUs and ``cpus`` CPUs (numbers
+        or arrays over nodes): Slurm takes one of per node, per CPU and per GPU (sbatch
+        refuses two; a driver keeps the one Slurm applies), so the sum is that one."""
+        return self.mem_per_node + self.mem_per_cpu * cpus + self.mem_per_gpu * gpus
 
     def waited(self, now: float) -> float:
         return max(0.0, now - self.submit_time)
@@ -77,7 +90,7 @@ class PendingJob:
 def request(job: PendingJob) -> tuple:
     """Everything `attentived.agents.fit.Fit.usable` reads of ``job``: jobs with equal
     requests may use the same GPUs."""
-    return (job.num_gpus, job.num_nodes, job.cpus, job.mem_per_node, job.mem_per_cpu, job.exclusive,
+    return (job.num_gpus, job.num_nodes, job.cpus, job.mem_per_node, job.mem_per_cpu, job.mem_per_gpu, job.exclusive,
             job.gpu_type, job.nodelist, job.exclude, job.features, job.partition)
 
 

@@ -44,6 +44,8 @@ _GRES_ITEM = re.compile(
     r"^(?P<name>[A-Za-z0-9_]+)(?::(?P<type>[^:(]+?))?(?::(?P<count>[0-9]+))?(?:\((?P<extra>[^)]*)\))?$"
 )
 _HOSTLIST_SYNTAX = re.compile(r"[\[\],\s]")
+#: The job flag, by data_parser version, saying the user set a memory per node or per CPU.
+_MEM_SET = frozenset({"JOB_MEM_SET", "EXACT_MEMORY_REQUESTED"})
 _TRES_GPU = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[^:=]+))?[:=](?P<count>[0-9]+)$")
 
 _NODE_FLAGS = frozenset({
@@ -376,6 +378,21 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
     cpus_per_gpu = tres_gpus(text(rec.get("cpus_per_tres"), "cpus_per_tres", src))
     if cpus_per_gpu and gpus:
         cpus = max(cpus, cpus_per_gpu * gpus)
+    mem_per_node = number(rec.get("memory_per_node"), "memory_per_node", src) or 0
+    mem_per_cpu = number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0
+    mem_per_gpu = tres_gpus(text(rec.get("memory_per_tres"), "memory_per_tres", src))
+    if mem_per_gpu:
+        # --mem-per-gpu, or DefMemPerGPU once slurmctld has looked at the job ("gpu:N").
+        # cons_tres allocates it, and clears the memory per node or CPU, unless the user
+        # set one (flag JOB_MEM_SET; EXACT_MEMORY_REQUESTED in 24.11's JSON; a
+        # default memory per CPU shows without it).
+        flags = rec.get("flags")
+        user_set = (bool(_MEM_SET.intersection(flags)) if isinstance(flags, list)
+                    else bool(mem_per_node or mem_per_cpu))
+        if user_set:
+            mem_per_gpu = 0
+        else:
+            mem_per_node = mem_per_cpu = 0
     return SlurmJob(
         job_id=str(jid),
         name=text(rec.get("name"), "name", src),
@@ -405,8 +422,9 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
         array=state == "PENDING" and (bool(array_str) or bool(number(rec.get("array_job_id"), "array_job_id", src))),
         heterogeneous=bool(number(rec.get("het_job_id"), "het_job_id", src)),
         cpus=cpus,
-        mem_per_node=number(rec.get("memory_per_node"), "memory_per_node", src) or 0,
-        mem_per_cpu=number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0,
+        mem_per_node=mem_per_node,
+        mem_per_cpu=mem_per_cpu,
+        mem_per_gpu=mem_per_gpu,
         exclusive=_exclusive(rec, src),
         last_evaluated=_time(rec.get("last_sched_evaluation"), "last_sched_evaluation", src),
         gpu_type=tres_gpu_type(tres_node) or tres_gpu_type(tres_job) or tres_gpu_type(tres_task),

@@ -206,7 +206,8 @@ def build_state(
         running.append(RunningJob(
             job_id=job.job_id, user=job.user, gpus=back, submit_time=job.submit_time or now,
             start_time=job.start_time or now, time_limit=job.time_limit, cpus=job.cpus,
-            mem=job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus, exclusive=job.exclusive,
+            mem=job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus,
+            exclusive=job.exclusive,
         ))
 
     # finished jobs -> users' history
@@ -289,7 +290,7 @@ def _pending_job(job: SlurmJob, submit_time: float, own_pin: tuple[str, ...] | N
         job_id=job.job_id, user=job.user, num_gpus=job.gpus, submit_time=submit_time,
         time_limit=job.time_limit, num_nodes=job.num_nodes if job.per_node_fixed else None,
         model=job_model(job), partition=job.partition, cpus=job.cpus, mem_per_node=job.mem_per_node,
-        mem_per_cpu=job.mem_per_cpu, exclusive=job.exclusive, gpu_type=job.gpu_type, nodelist=tuple(users_pin),
+        mem_per_cpu=job.mem_per_cpu, mem_per_gpu=job.mem_per_gpu, exclusive=job.exclusive, gpu_type=job.gpu_type, nodelist=tuple(users_pin),
         exclude=tuple(dict.fromkeys(((*job.excluded_nodes,) if not own_exclusion else ()) + tuple(avoid))),
         features=tuple(re.split(r"[&,]", features)) if _SIMPLE_FEATURES.fullmatch(features) else (),
     )

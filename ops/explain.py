@@ -151,6 +151,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
             "reason": sj.reason, "gpus": sj.gpus, "nodes_requested": sj.num_nodes if sj.per_node_fixed else None,
             "submitted": sj.submit_time, "time_limit": sj.time_limit, "priority": sj.priority,
             "cpus": sj.cpus, "mem_per_node": sj.mem_per_node or None, "mem_per_cpu": sj.mem_per_cpu or None,
+            "mem_per_gpu": sj.mem_per_gpu or None,
             "exclusive": sj.exclusive, "gpu_type": sj.gpu_type or None, "required_nodes": list(sj.required_nodes),
             "excluded_nodes": list(sj.excluded_nodes), "features": sj.features or None}
     fair = fairness(state, sj.user)

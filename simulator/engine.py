@@ -149,6 +149,7 @@ class SimJob:
             cpus=j.cpus,
             mem_per_node=j.mem_per_node,
             mem_per_cpu=j.mem_per_cpu,
+            mem_per_gpu=j.mem_per_gpu,
             exclusive=j.exclusive,
             gpu_type=j.gpu_type,
             nodelist=j.nodelist,
@@ -605,9 +606,10 @@ class _Resources:
 
     A job's ``cpus`` spread over its nodes in proportion to its GPUs there, rounded up per
     node (``ceil(cpus * g / num_gpus)``); its memory per node is ``mem_per_node``, or
-    ``mem_per_cpu`` times its CPUs there. A start must fit every node it touches: CPUs and
-    memory free, the GPU type and features the job asks for, no node it excludes, every
-    node of its ``nodelist`` among them; an ``exclusive`` job needs idle nodes and then
+    ``mem_per_cpu`` times its CPUs there, or ``mem_per_gpu`` times its GPUs there
+    (`PendingJob.mem_on`). A start must fit every node it touches: CPUs and memory free,
+    the GPU type and features the job asks for, no node it excludes, every node of its
+    ``nodelist`` among them; an ``exclusive`` job needs idle nodes and then
     holds them whole (their other GPUs too; ``RunningJob.cpus``/``mem`` then say all its
     nodes had, as `attentived.agents.fit` books them), and no job may join a node held
     whole. A node's undeclared CPUs or memory (0 in the cluster file) count as `UNKNOWN_CAPACITY`.
@@ -685,7 +687,7 @@ class _Resources:
             for i, (n, name) in enumerate(zip(nodes, names)):
                 g = per_node[n]
                 need_cpus = -(-job.cpus * g // job.num_gpus)
-                need_mem = job.mem_per_node or job.mem_per_cpu * need_cpus
+                need_mem = job.mem_on(g, need_cpus)
                 if name in job.exclude:
                     raise PolicyError(f"{where}: node {name} is excluded (-x)")
                 if job.gpu_type and self.gpu_type[n] != job.gpu_type:
@@ -773,7 +775,7 @@ class _Resources:
             if len(room) < job.num_nodes:
                 return f"it asks for {job.num_nodes} node(s) with {per} GPU(s) each, the nodes{what} it may use have {len(room)}"
         if job.num_gpus == 1 or job.num_nodes == 1:
-            mem = job.mem_per_node or job.mem_per_cpu * job.cpus
+            mem = job.mem_on(job.num_gpus, job.cpus)
             if not any(
                 self.node_gpus[i] >= job.num_gpus and self.total_cpus[i] >= job.cpus and self.total_mem[i] >= mem for i in ok
             ):
@@ -788,6 +790,7 @@ def _asks_more_than_gpus(job: PendingJob) -> bool:
         job.cpus
         or job.mem_per_node
         or job.mem_per_cpu
+        or job.mem_per_gpu
         or job.exclusive
         or job.gpu_type
         or job.nodelist

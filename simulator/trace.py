@@ -6,8 +6,8 @@ it asked for and how long it ran. Four CSV layouts are read, told apart by their
 generic
     ``job_id,submit_time,user,num_gpus,duration[,model]``; times in seconds. Optional
     columns say what else the job asked Slurm for (an empty cell: nothing): ``cpus`` (in
-    all), ``mem_per_node`` or ``mem_per_cpu`` (MB, or with a K/M/G/T suffix as Slurm's
-    ``--mem``; not both in one row), ``exclusive`` (0/1, true/false, yes/no), ``gpu_type``
+    all), ``mem_per_node``, ``mem_per_cpu`` or ``mem_per_gpu`` (MB, or with a K/M/G/T
+    suffix as Slurm's ``--mem``; one of them in a row, as Slurm), ``exclusive`` (0/1, true/false, yes/no), ``gpu_type``
     (``--gres=gpu:TYPE:n``), ``nodelist`` and ``exclude`` (Slurm hostlists, ``-w``/``-x``)
     and ``features`` (``-C``: names separated by ``&`` or spaces; ``|`` and the other
     operators are not modelled). Other columns are ignored, so an exported table with
@@ -95,10 +95,11 @@ class TraceJob:
     """1-based line in the source file, so later errors can point back at it."""
     cpus: int = 0
     """What else the job asked Slurm for, when the trace says (0 / empty: nothing): CPUs in
-    all, memory per node or per CPU (MB), whole nodes, a GPU type, nodes it must include
+    all, memory per node, per CPU or per GPU (MB), whole nodes, a GPU type, nodes it must include
     (``-w``) or avoid (``-x``), and node features it requires (``-C``)."""
     mem_per_node: int = 0
     mem_per_cpu: int = 0
+    mem_per_gpu: int = 0
     exclusive: bool = False
     gpu_type: str = ""
     nodelist: tuple[str, ...] = ()
@@ -151,7 +152,7 @@ FORMATS: dict[str, tuple[str, ...]] = {
         "pod_phase", "creation_time", "deletion_time", "scheduled_time",
     ),
 }  # fmt: skip
-_REQUESTS = ("cpus", "mem_per_node", "mem_per_cpu", "exclusive", "gpu_type", "nodelist", "exclude", "features")
+_REQUESTS = ("cpus", "mem_per_node", "mem_per_cpu", "mem_per_gpu", "exclusive", "gpu_type", "nodelist", "exclude", "features")
 _OPTIONAL = {"generic": ("model", *_REQUESTS)}
 
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}):(\d{2}):(\d{2})", re.ASCII)
@@ -166,7 +167,7 @@ _FEATURE_SPLIT = re.compile(r"[\s&]+")
 _NOT_A_NAME = re.compile(r"[^\w.+\-]", re.ASCII)  # a GPU type or feature: letters, digits, _ . + -
 
 # What a row asked for besides GPUs, in TraceJob's field order (cpus .. features).
-_Requests = tuple[int, int, int, bool, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+_Requests = tuple[int, int, int, int, bool, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 # A parsed row: (submit seconds on the trace's own clock, job_id, user, num_gpus, duration,
 # model, line, requests or None). Job ids are unique, so plain tuple order is
@@ -545,21 +546,24 @@ def _requests_parser(source: _Source, columns: dict[str, int]) -> Callable[[list
         cpus = source.count(cpus_text, line, "cpus", 0) if cpus_text.strip() else 0
         per_node = source.megabytes(cell(fields, "mem_per_node"), line, "mem_per_node")
         per_cpu = source.megabytes(cell(fields, "mem_per_cpu"), line, "mem_per_cpu")
-        if per_node and per_cpu:
-            raise source.error(line, "mem_per_cpu", "give mem_per_node or mem_per_cpu, not both (as Slurm)")
+        per_gpu = source.megabytes(cell(fields, "mem_per_gpu"), line, "mem_per_gpu")
+        given = [name for name, v in (("mem_per_node", per_node), ("mem_per_cpu", per_cpu), ("mem_per_gpu", per_gpu)) if v]
+        if len(given) > 1:
+            raise source.error(line, given[1], f"give one of mem_per_node, mem_per_cpu and mem_per_gpu, not {' and '.join(given)} (as Slurm)")
         if per_cpu and not cpus:
             raise source.error(line, "mem_per_cpu", "memory per CPU needs a cpus count")
         out = (
             cpus,
             per_node,
             per_cpu,
+            per_gpu,
             source.flag(cell(fields, "exclusive"), line, "exclusive"),
             source.gpu_type(cell(fields, "gpu_type"), line, "gpu_type"),
             source.hosts(cell(fields, "nodelist"), line, "nodelist"),
             source.hosts(cell(fields, "exclude"), line, "exclude"),
             source.features(cell(fields, "features"), line, "features"),
         )
-        if overlap := set(out[5]).intersection(out[6]):
+        if overlap := set(out[6]).intersection(out[7]):
             raise source.error(line, "exclude", f"{sorted(overlap)[0]} is both in nodelist and excluded")
         return out if any(out) else None
 
@@ -640,7 +644,7 @@ def _alibaba_rows(source: _Source, columns: dict[str, int]) -> _RowParser:
         mem = math.ceil(amount(fields, line, "memory_mib"))
         spec = fields[columns["gpu_spec"]].strip()
         gpu_type = "" if "|" in spec else source.gpu_type(spec, line, "gpu_spec")
-        requests: _Requests = (cpus, mem, 0, False, gpu_type, (), (), ())
+        requests: _Requests = (cpus, mem, 0, 0, False, gpu_type, (), (), ())
         return (created, name, user, gpus, deleted - scheduled, None, line, requests if any(requests) else None)
 
     return parse

@@ -50,7 +50,7 @@ def check_slurm_accepts(state: ClusterState, plan) -> None:
         assert set(j.nodelist) <= names, (st, "-w")
         for n, g in zip(nodes.tolist(), per.tolist()):
             need = -(-j.cpus * g // j.num_gpus)
-            need_mem = j.mem_per_node or j.mem_per_cpu * need
+            need_mem = j.mem_per_node or j.mem_per_cpu * need or j.mem_per_gpu * g
             assert need <= cpus[n] and need_mem <= mem[n], (st, n, need, cpus[n], need_mem, mem[n])
             assert not j.gpu_type or cap.gpu_type[n] == j.gpu_type, (st, n)
             assert set(j.features) <= cap.features[n], (st, n)
@@ -154,6 +154,18 @@ def test_a_fixed_shape_needs_its_share_on_each_node(lab):
         assert per[0] == 0 and sorted(per[per > 0]) == [4, 4], placer.name
     tight = make_state(lab, [job("a", 8, nodes=2, cpus=16)], nodes=capacity(lab, cpus=[4, 8, 4, 4]))
     assert Scheduler(Fifo(), Consolidate()).decide(tight).starts == ()
+
+
+def test_memory_per_gpu(lab):
+    """``--mem-per-gpu`` (or the site's ``DefMemPerGPU``): a node keeps as many of the
+    job's GPUs as its free memory pays for, and a start books that much per GPU there."""
+    s = make_state(lab, nodes=capacity(lab, mem=[50_000, 200_000, 15_000, 100_000]))
+    fit = Fit.of(s)
+    four = fit.usable(job("a", 4, mem_per_gpu=20_000), s.free)  # 80 GB on one node, or split
+    assert np.bincount(lab.gpu_node[four], minlength=4).tolist() == [2, 8, 0, 8]  # node4 could take all four
+    assert fit.started(job("b", 3, mem_per_gpu=20_000), (24, 25, 8), now=0.0).mem == 60_000
+    assert fit.mem is not None and fit.mem.tolist() == [50_000, 180_000, 15_000, 60_000]
+    assert nodes_of(lab, np.flatnonzero(fit.usable(job("c", 4, nodes=1, mem_per_gpu=20_000), s.free))) == {1}
 
 
 def test_take_books_cpus_in_proportion_to_gpus_and_release_gives_them_back(lab):
@@ -354,7 +366,7 @@ def _random_constrained_state(lab, seed: int) -> ClusterState:
     pending = []
     for i in range(int(rng.integers(5, 25))):
         requests: dict = {"cpus": int(rng.choice([0, 1, 2, 4, 6, 12]))}
-        kind = int(rng.integers(0, 8))
+        kind = int(rng.integers(0, 9))
         if kind == 0:
             requests["exclusive"] = True
         elif kind == 1:
@@ -367,6 +379,8 @@ def _random_constrained_state(lab, seed: int) -> ClusterState:
             requests["nodelist"] = (f"node{int(rng.integers(1, 5))}",)
         elif kind == 5:
             requests["mem_per_cpu"] = 16_000
+        elif kind == 7:
+            requests["mem_per_gpu"] = 20_000
         gpus = int(rng.choice([1, 1, 1, 2, 4, 8]))
         if kind == 6:
             gpus, requests["num_nodes"] = int(rng.choice([2, 4, 8])), 2

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from attentived.agents.plan import Hold, Plan, Start
 from attentived.agents.registry import make_policy
@@ -39,6 +40,24 @@ def test_requests_are_parsed_from_real_22_05_json():
     assert jobs["10"].mem_per_cpu == 1000 and jobs["10"].num_nodes == 2
     assert jobs["12"].cpus == 4  # --cpus-per-gpu=2 x 2 GPUs, more than the 2 `cpus` squeue shows
     assert all(j.last_evaluated for j in jobs.values() if j.pending)
+
+
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(version):
+    """``--mem-per-gpu`` and ``DefMemPerGPU`` (fixtures/README.md): memory per GPU, unless the
+    user set a memory per node or per CPU, which cons_tres then allocates instead."""
+    jobs = {j.job_id: j for j in parse_squeue((FIX.parent / version / "squeue-mem-per-gpu.json").read_text()).jobs}
+    per_gpu = {j: (jobs[j].mem_per_node, jobs[j].mem_per_cpu, jobs[j].mem_per_gpu) for j in ("3", "4", "5", "6")}
+    assert per_gpu == {"3": (0, 0, 3000), "4": (0, 0, 3072), "5": (0, 0, 4096), "6": (0, 0, 4096)}
+    assert jobs["7"].mem_per_gpu == jobs["8"].mem_per_gpu == 0
+    assert (jobs["7"].mem_per_node or jobs["7"].mem_per_cpu) and (jobs["8"].mem_per_node or jobs["8"].mem_per_cpu)
+    # what the plan then sees: a pending job's memory per GPU, a running one's in all
+    nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
+                            real_memory=64000) for i in range(1, 5))
+    snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(replace(j, reason="Priority") for j in jobs.values()), nodes)
+    built = build_state(snap, TOPO, ["main"])
+    assert {p.job_id: p.mem_per_gpu for p in built.state.pending} == {"4": 3072, "6": 4096}
+    assert next(r for r in built.state.running if r.job_id == "3").mem == 6000
 
 
 def test_a_single_pending_array_task_is_still_an_array():

@@ -92,6 +92,19 @@ def test_memory_per_node_and_per_cpu_are_checked_on_every_node():
     assert sim.snapshot().nodes.mem.tolist() == [4000, 64000 - 8000 - 5000]
 
 
+def test_memory_per_gpu_is_checked_per_node_by_the_gpus_there():
+    # 20 GB per GPU: 3 GPUs on gpu1 need 60 GB there, 1 on gpu2 20 GB; a policy sees it too
+    sim, state = stepped([job("j", 4, mem_per_gpu=20000), job("k", 2, mem_per_gpu=20000)], cluster())
+    assert {p.job_id: p.mem_per_gpu for p in state.pending} == {"j": 20000, "k": 20000}
+    start(sim, ("j", (0, 1, 2, 4)))
+    assert sim.snapshot().nodes.mem.tolist() == [64000 - 60000, 64000 - 20000]
+    (running,) = sim.snapshot().running
+    assert running.mem == 80000
+    with pytest.raises(PolicyError, match=r"job k: needs 20000 MB on node gpu1, 4000 MB are free"):
+        start(sim, ("k", (3, 5)))
+    start(sim, ("k", (5, 6)))
+
+
 def test_a_job_s_cpus_spread_over_its_nodes_in_proportion_to_its_gpus():
     # 3 GPUs on gpu1 and 1 on gpu2: ceil(8 * 3/4) = 6 and ceil(8 * 1/4) = 2 CPUs, memory per CPU.
     sim, _ = stepped([job("j", 4, cpus=8, mem_per_cpu=1000)], cluster())

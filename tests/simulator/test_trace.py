@@ -97,13 +97,15 @@ def test_alibaba_keeps_whole_gpu_pods_that_ran_and_counts_the_rest() -> None:
 def test_generic_request_columns() -> None:
     trace = load_trace(fixture("generic_requests.csv"))
     requests = [
-        (j.job_id, j.cpus, j.mem_per_node, j.mem_per_cpu, j.exclusive, j.gpu_type, j.nodelist, j.exclude, j.features)
+        (j.job_id, j.cpus, j.mem_per_node, j.mem_per_cpu, j.mem_per_gpu, j.exclusive, j.gpu_type, j.nodelist, j.exclude,
+         j.features)
         for j in trace.jobs
     ]
     assert requests == [
-        ("a", 8, 32000, 0, True, "a100", ("gpu1", "gpu2"), (), ("ib", "nvme")),
-        ("b", 3, 0, 1536, False, "", (), ("gpu1",), ("ib", "nvme")),  # 1.5G per CPU; features split on spaces
-        ("c", 0, 0, 0, False, "", (), (), ()),  # empty cells: nothing asked
+        ("a", 8, 32000, 0, 0, True, "a100", ("gpu1", "gpu2"), (), ("ib", "nvme")),
+        ("b", 3, 0, 1536, 0, False, "", (), ("gpu1",), ("ib", "nvme")),  # 1.5G per CPU; features split on spaces
+        ("c", 0, 0, 0, 0, False, "", (), (), ()),  # empty cells: nothing asked
+        ("d", 0, 0, 0, 20480, False, "", (), (), ()),  # --mem-per-gpu
     ]
     assert summary(trace)[1] == ("b", 5.0, "u2", 1, 20.0, "bert", 3)
 
@@ -111,7 +113,7 @@ def test_generic_request_columns() -> None:
 def test_formats_without_request_columns_ask_for_nothing_more() -> None:
     for name in ("generic_good.csv", "philly_good.csv", "tiresias_good.csv"):
         for j in load_trace(fixture(name)).jobs:
-            assert (j.cpus, j.mem_per_node, j.mem_per_cpu, j.exclusive, j.gpu_type) == (0, 0, 0, False, "")
+            assert (j.cpus, j.mem_per_node, j.mem_per_cpu, j.mem_per_gpu, j.exclusive, j.gpu_type) == (0, 0, 0, 0, False, "")
             assert j.nodelist == j.exclude == j.features == ()
 
 
@@ -187,7 +189,8 @@ MALFORMED = [
     ("generic_negative_cpus.csv", 3, "cpus", "must be at least 0, got -2"),
     ("generic_bad_exclusive.csv", 2, "exclusive", "'maybe' is not a yes/no value"),
     ("generic_bad_memory.csv", 3, "mem_per_node", "'12X' is not an amount of memory"),
-    ("generic_two_memories.csv", 2, "mem_per_cpu", "not both"),
+    ("generic_two_memories.csv", 2, "mem_per_cpu", "not mem_per_node and mem_per_cpu"),
+    ("generic_memory_per_cpu_and_gpu.csv", 3, "mem_per_gpu", "give one of mem_per_node, mem_per_cpu and mem_per_gpu"),
     ("generic_mem_per_cpu_without_cpus.csv", 2, "mem_per_cpu", "needs a cpus count"),
     ("generic_bad_nodelist.csv", 3, "nodelist", "not a Slurm hostlist"),
     ("generic_nodelist_excluded.csv", 2, "exclude", "n2 is both in nodelist and excluded"),
