@@ -65,8 +65,17 @@ INELIGIBLE_REASONS = frozenset({
     "PartitionDown", "PartitionInactive", "PartitionTimeLimit", "PartitionNodeLimit",
     "PartitionConfig", "InvalidAccount", "InvalidQOS", "BadConstraints", "ReservationDeleted",
     "FrontEndDown", "NodeDown", "Reservation", "JobHoldMaxRequeue", "BurstBufferOperation",
+    # waiting on what no placement changes: licenses, a burst buffer, an array's task limit,
+    # an account or policy limit, a passed deadline, a federation lock
+    "Licenses", "BurstBufferResources", "BurstBufferStageIn", "JobArrayTaskLimit", "AccountNotAllowed",
+    "AccountingPolicy", "ReservationInvalid", "DeadLine", "FedJobLock",
 })
-_INELIGIBLE_PREFIXES = ("Assoc", "QOS", "MaxCpuPerAccount", "MaxGRESPerAccount", "MaxJobsPerAccount")
+#: Association and QOS limits, and every per-account or per-user limit (``MaxCpuPerAccount``,
+#: ``MaxMemoryRunMinsPerUser``, ...: src/common/job_state_reason.c) but one: a job kept
+#: waiting by ``MaxPoweredUpNodes`` (no more nodes may power up) can start on a node that is
+#: up, where the plan puts it (powered-down nodes are not planned on).
+_INELIGIBLE_PREFIXES = ("Assoc", "QOS", "Max")
+_ELIGIBLE_ALL_THE_SAME = frozenset({"MaxPoweredUpNodes"})
 
 #: Node state flags (or base states) that keep the daemon from planning on a node.
 UNUSABLE_NODE_STATES = frozenset({
@@ -173,7 +182,8 @@ class SlurmJob:
         if not self.pending or self.held or self.heterogeneous:
             return False
         reason = self.reason.split(",")[0].strip()
-        return reason not in INELIGIBLE_REASONS and not reason.startswith(_INELIGIBLE_PREFIXES)
+        return reason not in INELIGIBLE_REASONS and (
+            not reason.startswith(_INELIGIBLE_PREFIXES) or reason in _ELIGIBLE_ALL_THE_SAME)
 
 
 @dataclass(frozen=True)

@@ -255,3 +255,23 @@ def test_a_heterogeneous_jobs_components_are_left_to_slurm(version):
     plain, component = parse_squeue(json.dumps(doc)).jobs
     assert plain.eligible and not plain.heterogeneous
     assert component.heterogeneous and component.pending and not component.eligible
+
+
+@pytest.mark.parametrize(("reason", "eligible"), [
+    ("Priority", True), ("Resources", True), ("None", True), ("Prolog", True), ("Cleaning", True),
+    ("ReqNodeNotAvail, Reserved for maintenance", True), ("SchedDefer", True),
+    ("Licenses", False), ("BurstBufferStageIn", False), ("JobArrayTaskLimit", False), ("AccountingPolicy", False),
+    ("MaxMemoryPerAccount", False), ("MaxGRESRunMinsPerUser", False), ("MaxPoweredUpNodes", True),
+    ("QOSMaxGRESPerUser", False), ("AssocGrpGRES", False), ("DeadLine", False),
+])
+def test_a_job_waiting_on_what_no_placement_changes_is_left_to_slurm(reason, eligible):
+    """A job waiting for licenses, a burst buffer or an account limit is not planned: pinned,
+    slurmctld would refuse it wherever it went, and each refusal is a stall that idles the
+    GPUs the plan gave it for a cycle. Waiting for GPUs, or for a node the pin chose, is the
+    daemon's to plan."""
+    doc = json.loads((R22 / "squeue.json").read_text())
+    scenario = json.loads((R22 / "scenario.json").read_text())["jobs"]
+    rec = next(j for j in doc["jobs"] if j["job_id"] == scenario["pend_a"])
+    doc["jobs"] = [{**rec, "state_reason": reason}]
+    (job,) = parse_squeue(json.dumps(doc)).jobs
+    assert job.pending and job.eligible is eligible
