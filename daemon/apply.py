@@ -161,6 +161,10 @@ def desired_state(plan: Plan, built: Built, settings: Settings) -> Desired:
     taken: set[str] = set()
     snode = built.snapshot.nodes_by_name
     busy_nodes = _busy_nodes(built) if settings.hold_mode == "attach" and plan.holds else set()
+    # an attach hold's reservation lasts a lease from now: Slurm refuses it where another
+    # reservation begins within that time
+    booked = (built.others.beginning_before(built.state.now + settings.reservation_ttl)
+              if settings.hold_mode == "attach" and plan.holds and built.others else frozenset())
     topo = built.topology
     for h in plan.holds:
         job = managed.get(h.job_id)
@@ -185,6 +189,10 @@ def desired_state(plan: Plan, built: Built, settings: Settings) -> Desired:
         if partial:
             notes.append(f"hold of job {h.job_id}: no reservation on {','.join(partial)} (it needs only some of their GPUs)")
         nodes = tuple(n for n in whole if n not in start_nodes)
+        if booked & set(nodes):
+            notes.append(f"hold of job {h.job_id}: no reservation on {','.join(n for n in nodes if n in booked)} "
+                         "(a reservation of someone else's begins there within the lease)")
+            nodes = tuple(n for n in nodes if n not in booked)
         if not nodes:
             continue
         if taken & set(nodes):

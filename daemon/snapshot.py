@@ -10,20 +10,20 @@
 - ``nodes`` (``NodeCapacity``) holds each node's free CPUs and memory, whether it is idle
   (for ``--exclusive``), its GPU type and features: what slurmctld checks besides GPUs.
 - ``running`` holds every job holding GPUs (any partition: they occupy the cluster), with
-  the GPU indices Slurm gave them on nodes that take the daemon's jobs: GPUs on a node that
-  is drained or down, or in a reservation of someone else (active, or begun by the time
-  the job is expected to end), do not come back to the daemon's jobs when the job ends, so no hold or look-ahead plans on them (a job held
-  there in ``block`` mode, excluded from every other node, would never start; an ``attach``
-  hold's reservation would overlap the other one, which Slurm refuses). A job wholly on
-  such nodes is left out (its GPUs stay busy).
+  the GPU indices Slurm gave them on nodes that take jobs: GPUs on a node that is drained
+  or down do not come back when the job ends, so no hold or look-ahead plans on them (a
+  job held there in ``block`` mode, excluded from every other node, would never start);
+  the job keeps the CPUs and memory of its other GPUs. A job wholly on such nodes is left
+  out (its GPUs stay busy).
 - ``pending`` holds the jobs the daemon manages: in a managed partition (all of them, for a
   job submitted to several), eligible (not held, no unmet dependency or begin time), asking
   for at least one GPU, with their CPUs, memory, ``--exclusive``, GPU type, ``-w``, ``-x``
   and features. A pending job array record is one job (one task's GPUs): it is ordered as
   a whole, never pinned (Slurm refuses a node list on an array). ``avoid`` adds nodes a job
   must not be planned on (where its last planned start stalled), and each job is kept off
-  the nodes of others' reservations that begin before its time limit would end
-  (`reserved_ahead`: slurmctld refuses it there). ``leave_to_slurm`` names
+  the nodes of others' reservations, active or beginning before its time limit would end
+  (`reserved_for_others`: slurmctld refuses it there, whenever their GPUs free up).
+  ``leave_to_slurm`` names
   pending jobs Slurm will not let anyone update for now (daemon/unregistered.py): they are
   left out, like jobs of other partitions, and counted as ``unregistered``.
 - Pending jobs submitted in the same second are spread over that second in job-id order,
@@ -43,8 +43,8 @@ import numpy as np
 from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 
+from .others_reservations import OthersReservations
 from .records import SlurmJob, SlurmNode, SlurmReservation, Snapshot, in_partitions, job_number
-from .reserved_ahead import ReservedAhead
 
 #: Seconds of clock difference tolerated between the daemon and slurmctld when a new
 #: reservation's start time is compared with the moment the daemon asked for it.
@@ -72,9 +72,11 @@ class Built:
     warnings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     left_to_slurm: frozenset[str] = frozenset()  # pending jobs Slurm will not let the daemon update now
-    #: managed jobs kept off nodes of others' reservations that begin before their limit
-    #: would end: the reservations' names, by job id
-    reserved_ahead: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: managed jobs kept off nodes of others' reservations, active or beginning before
+    #: their limit would end: the reservations' names, by job id
+    reserved_for_others: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: those reservations (what an ``attach`` hold's own reservation must not overlap)
+    others: OthersReservations | None = None
 
     def nodes_of(self, gpus: Iterable[int]) -> tuple[str, ...]:
         topo = self.topology
@@ -151,7 +153,7 @@ def build_state(
             continue
         for n in r.nodes:
             foreign_reserved.setdefault(n, r.name)
-    ahead = ReservedAhead.of(reservations, own, now)
+    others = OthersReservations.of(reservations, own, now)
 
     for ni, tnode in enumerate(topo.nodes):
         name = tnode.name
@@ -184,8 +186,7 @@ def build_state(
     capacity = _capacity(snap, topo)
 
     # running jobs and their GPUs
-    out_of_service = {topo.node_index[n] for n, snode in slurm_nodes.items()
-                      if n in topo.node_index and (not snode.usable or n in foreign_reserved)}
+    out_of_service = {topo.node_index[n] for n, snode in slurm_nodes.items() if not snode.usable and n in topo.node_index}
     running: list[RunningJob] = []
     running_gpus: dict[str, tuple[int, ...]] = {}
     for job in snap.jobs:
@@ -196,18 +197,16 @@ def build_state(
             continue
         free[list(gpus)] = False
         running_gpus[job.job_id] = gpus
-        gone = out_of_service
-        if ahead:  # GPUs freed inside a reservation of someone else's go to it
-            ends = now if job.time_limit is None else max(now, (job.start_time or now) + job.time_limit)
-            gone = gone | {topo.node_index[n] for n in ahead.taking_at(ends) if n in topo.node_index}
-        back = gpus if not gone else tuple(g for g in gpus if int(topo.gpu_node[g]) not in gone)
+        back = gpus if not out_of_service else tuple(g for g in gpus if int(topo.gpu_node[g]) not in out_of_service)
         if not back:
             continue
+        cpus = job.cpus
+        mem = job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
+        if len(back) < len(gpus):  # what it holds on the nodes that come back, as `Fit.release` spreads it
+            cpus, mem = -(-cpus * len(back) // len(gpus)), -(-mem * len(back) // len(gpus))
         running.append(RunningJob(
             job_id=job.job_id, user=job.user, gpus=back, submit_time=job.submit_time or now,
-            start_time=job.start_time or now, time_limit=job.time_limit, cpus=job.cpus,
-            mem=job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus,
-            exclusive=job.exclusive,
+            start_time=job.start_time or now, time_limit=job.time_limit, cpus=cpus, mem=mem, exclusive=job.exclusive,
         ))
 
     # finished jobs -> users' history
@@ -244,14 +243,15 @@ def build_state(
             constrained.add(job.job_id)
     submits = _tie_break(list(managed.values()), now)
     capacity = replace(capacity, partition_nodes=_partition_nodes(topo, slurm_nodes, {j.partition for j in managed.values()}))
-    reserved_ahead: dict[str, tuple[str, ...]] = {}
+    reserved_for_others: dict[str, tuple[str, ...]] = {}
     pending = []
     for job_id, job in managed.items():
         keep_off = avoid.get(job_id, ())
-        if ahead and not job.reservation:  # a job in a reservation of its own is placed by Slurm
-            nodes, names = ahead.kept_off(job.time_limit)
+        # a job in a reservation of someone else's is Slurm's to place (never pinned)
+        if others and (not job.reservation or job.reservation in own):
+            nodes, names = others.kept_off(job.time_limit)
             if names:
-                keep_off, reserved_ahead[job_id] = (*keep_off, *nodes), names
+                keep_off, reserved_for_others[job_id] = (*keep_off, *nodes), names
         pending.append(_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, keep_off))
     counts["managed"] = len(pending)
     counts["running"] = len(running)
@@ -260,7 +260,8 @@ def build_state(
     return Built(state=state, snapshot=snap, topology=topo, partitions=partitions, managed=managed,
                  constrained=constrained, own_reservations=dict(own), own_exclusions=own_exclusions,
                  node_reasons=node_reasons, left_to_slurm=frozenset(leave_to_slurm),
-                 running_gpus=running_gpus, warnings=warnings, counts=counts, reserved_ahead=reserved_ahead)
+                 running_gpus=running_gpus, warnings=warnings, counts=counts, reserved_for_others=reserved_for_others,
+                 others=others)
 
 
 def _partition_nodes(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], fields: set[str]) -> dict[str, np.ndarray]:

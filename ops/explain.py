@@ -288,7 +288,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
         summary += (f"; its last planned start on {','.join(stall['nodes'])} did not happen (Slurm: {stall['reason']}), "
                     f"so the daemon keeps it off {','.join(stall['nodes'])} until "
                     f"{time.strftime('%H:%M:%S', time.localtime(stall['avoid_until']))}")
-    reserved = built.reserved_ahead.get(job_id)
+    reserved = built.reserved_for_others.get(job_id)
     if reserved:
         by_name = {r.name: r for r in built.snapshot.reservations}
         summary += "; its time limit reaches " + ", ".join(

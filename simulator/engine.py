@@ -782,6 +782,11 @@ class _Resources:
                 return f"no node{what} has {job.num_gpus} GPU(s), {job.cpus} CPUs and {mem} MB"
         elif job.cpus > int(self.total_cpus[ok].sum()):
             return f"it needs {job.cpus} CPUs, the nodes{what} it may use have {int(self.total_cpus[ok].sum())}"
+        elif job.mem_per_gpu:
+            paid = sum(min(int(self.node_gpus[i]), int(self.total_mem[i]) // job.mem_per_gpu) for i in ok)
+            if paid < job.num_gpus:
+                return (f"it needs {job.num_gpus} GPU(s) with {job.mem_per_gpu} MB each, the nodes{what} it may use "
+                        f"have memory for {paid}")
         return ""
 
 

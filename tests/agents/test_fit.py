@@ -168,6 +168,16 @@ def test_memory_per_gpu(lab):
     assert nodes_of(lab, np.flatnonzero(fit.usable(job("c", 4, nodes=1, mem_per_gpu=20_000), s.free))) == {1}
 
 
+def test_jobs_asking_alike_but_for_their_memory_per_gpu_are_told_apart(lab):
+    """The plan numbers alike requests once per snapshot (`ClusterState.irregular_requests`):
+    memory per GPU is part of a request, or a job that cannot fit would share the verdict
+    of one that can."""
+    s = make_state(lab, [job("big", 4, nodes=1, mem_per_gpu=40_000), job("small", 4, submit=1.0, nodes=1, mem_per_gpu=1_000)],
+                   nodes=capacity(lab, mem=100_000))
+    assert len(set(s.irregular_requests.tolist())) == 2
+    assert Context.of(s).feasible.tolist() == [False, True]
+
+
 def test_take_books_cpus_in_proportion_to_gpus_and_release_gives_them_back(lab):
     s = make_state(lab, nodes=capacity(lab, cpus=16, mem=64_000))
     fit = Fit.of(s)

@@ -271,24 +271,74 @@ def test_a_job_is_not_held_on_a_node_reserved_for_someone_else():
 def test_a_reservation_ahead_keeps_off_the_jobs_whose_limit_reaches_it():
     """node2 is idle, but maintenance begins there in two minutes: slurmctld refuses a
     30-minute job on it (the node would idle until the stall is noticed) and starts a
-    one-minute job there. A job already in a reservation of its own is left to Slurm."""
+    one-minute job there. A job in a reservation of someone else's is left to Slurm. The
+    jobs running on reserved nodes stay running jobs: their users' service counts."""
     nodes = [SlurmNode(f"node{i}", "IDLE" if i == 2 else "ALLOCATED", gpus=8, gpu_type="h100", partitions=("main",))
              for i in range(1, 5)]
     run = [running(str(i), "root", f"node{i}", range(8), limit=limit) for i, limit in ((1, 3600), (3, 7200), (4, 10800))]
     maint = SlurmReservation("maint", ("node2",), ("root",), flags=("MAINT",), start_time=NOW + 120, end_time=NOW + 720)
-    own = SlurmReservation("team", ("node1",), ("carol",), start_time=NOW + 60, end_time=NOW + 20000)
+    team = SlurmReservation("team", ("node1",), ("carol",), start_time=NOW + 60, end_time=NOW + 20000)
     fake = FakeBackend([*run, pending("10", "alice", 2, time_limit=1800), pending("11", "bob", 2, t=1, time_limit=60),
-                        pending("12", "carol", 2, t=2, time_limit=None, reservation="team")], nodes, [maint, own], now=NOW)
+                        pending("12", "carol", 2, t=2, time_limit=None, reservation="team")], nodes, [maint, team], now=NOW)
     built = build_state(fake.snapshot(), TOPO, ("main",))
-    assert built.reserved_ahead == {"10": ("team", "maint")}
+    assert built.reserved_for_others == {"10": ("team", "maint")}  # 11 ends as team begins
     assert {p.job_id: p.exclude for p in built.state.pending} == {"10": ("node1", "node2"), "11": (), "12": ()}
+    assert [(r.job_id, len(r.gpus)) for r in built.state.running] == [("1", 8), ("3", 8), ("4", 8)]
     plan, desired, _actions = cycle(fake, policy="fifo+consolidate+backfill")
     assert "11" in [s.job_id for s in plan.starts] and desired.pins["11"] == ("node2",)
     assert "10" not in desired.pins and "12" not in desired.pins  # 12: ordered, placed by Slurm in its reservation
-    # node1's job ends first, but inside carol's reservation: its GPUs go to it, so 10 is held on node3
-    assert [r.job_id for r in built.state.running] == ["3", "4"]
+    # node1's job ends first, but inside carol's reservation: 10 is held on node3
     assert [h.job_id for h in plan.holds] == ["10"]
     assert {TOPO.nodes[int(TOPO.gpu_node[g])].name for g in plan.holds[0].gpus} == {"node3"}
+
+
+def test_others_reservations_by_time_limit_attachment_and_activity():
+    """Maintenance in 30 days keeps off a job without a time limit (slurmctld counts it
+    as a year) but not one of a day; an active reservation keeps off every job, even one
+    attached to a hold reservation of the daemon's (the daemon may move it anywhere)."""
+    nodes = [SlurmNode(f"node{i}", "IDLE", gpus=8, gpu_type="h100", partitions=("main",)) for i in range(1, 5)]
+    resv = [SlurmReservation("far", ("node3",), ("root",), flags=("MAINT",), start_time=NOW + 30 * 86400,
+                             end_time=NOW + 31 * 86400),
+            SlurmReservation("now", ("node4",), ("root",), start_time=NOW - 60, end_time=None, state="ACTIVE"),
+            SlurmReservation("attentived-12", ("node1",), ("carol",), start_time=NOW - 30, end_time=NOW + 900)]
+    fake = FakeBackend([pending("10", "alice", 1, time_limit=None), pending("11", "bob", 1, t=1, time_limit=86400),
+                        pending("12", "carol", 1, t=2, time_limit=600, reservation="attentived-12")], nodes, resv, now=NOW)
+    owned = {"attentived-12": {"created": NOW - 30, "start_time": NOW - 30}}
+    built = build_state(fake.snapshot(), TOPO, ("main",), owned_reservations=owned)
+    assert built.reserved_for_others == {"10": ("now", "far"), "11": ("now",), "12": ("now",)}
+    assert {p.job_id: p.exclude for p in built.state.pending} == {"10": ("node4", "node3"), "11": ("node4",),
+                                                                  "12": ("node4",)}
+
+
+def test_an_attach_hold_reserves_no_node_where_another_reservation_begins_within_its_lease():
+    """A 5-minute job held on node2, where carol's reservation begins in 10 minutes: the
+    hold's own reservation would last 15 (`reservation_ttl`), and Slurm refuses the overlap."""
+    nodes = [SlurmNode(f"node{i}", "ALLOCATED", gpus=8, gpu_type="h100", partitions=("main",)) for i in range(1, 5)]
+    run = [running(str(i), "root", f"node{i}", range(8), limit=limit)
+           for i, limit in ((1, 7200), (2, 120), (3, 7200), (4, 7200))]
+    later = SlurmReservation("carol", ("node2",), ("carol",), start_time=NOW + 600, end_time=NOW + 4000)
+    fake = FakeBackend([*run, pending("10", "alice", 8, time_limit=300)], nodes, [later], now=NOW)
+    plan, desired, _actions = cycle(fake, settings=dataclasses.replace(S, hold_mode="attach"))
+    (hold,) = plan.holds
+    assert {TOPO.nodes[int(TOPO.gpu_node[g])].name for g in hold.gpus} == {"node2"}  # its limit ends before carol's
+    assert not desired.holds and any("no reservation on node2" in n for n in desired.notes), desired.notes
+    _plan, blocked, _actions = cycle(fake)  # block mode reserves nothing: kept to node2 as before
+    assert blocked.exclusions["10"] == ("node1", "node3", "node4")
+
+
+def test_a_job_partly_on_a_drained_node_gives_back_only_its_share_there():
+    """A two-node job with 40 GB per GPU, node2 drained: when it ends, node1 gets back its
+    share (8 x 40 GB), not the whole job's."""
+    nodes = [SlurmNode("node1", "ALLOCATED", gpus=8, gpu_type="h100", partitions=("main",), cpus=64,
+                       real_memory=512_000, alloc_memory=320_000, alloc_cpus=16),
+             SlurmNode("node2", "ALLOCATED", flags=("DRAIN",), gpus=8, gpu_type="h100", partitions=("main",), cpus=64,
+                       real_memory=512_000, alloc_memory=320_000, alloc_cpus=16)]
+    job = SlurmJob("1", user="root", partition="main", state="RUNNING", gpus=16, gpus_per_node=8, per_node_fixed=True,
+                   nodes=("node1", "node2"), gpu_indices={"node1": tuple(range(8)), "node2": tuple(range(8))},
+                   submit_time=NOW - 100, start_time=NOW - 50, time_limit=600, priority=1, cpus=32, mem_per_gpu=40_000)
+    built = build_state(FakeBackend([job], nodes, now=NOW).snapshot(), TOPO, ("main",))
+    (run,) = built.state.running
+    assert (len(run.gpus), run.cpus, run.mem) == (8, 16, 320_000)
 
 
 def test_a_job_kept_to_its_partition_is_not_read_as_a_users_exclusion():

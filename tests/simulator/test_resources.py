@@ -196,6 +196,10 @@ def test_a_job_that_can_never_start_is_refused_up_front():
             Simulation([job("j", **request)], topo)
     with pytest.raises(ValueError, match="it needs 33 CPUs, the nodes it may use have 32"):
         Simulation([job("j", 8, cpus=33)], topo)
+    # 40 GB per GPU on two 64 GB nodes: one GPU each, so two GPUs fit (split) and three never
+    Simulation([job("j", 2, mem_per_gpu=40000)], topo)
+    with pytest.raises(ValueError, match=re.escape("it needs 3 GPU(s) with 40000 MB each, the nodes it may use have memory for 2")):
+        Simulation([job("j", 3, mem_per_gpu=40000)], topo)
     with pytest.raises(ValueError, match=re.escape("it needs 5 GPU(s), the nodes of its nodelist (-w) have 4")):
         Simulation([job("j", 5, nodelist=("gpu1",))], topo)
     with pytest.raises(ValueError, match=re.escape("its nodelist (-w) names 2 nodes but it has only 1 GPUs")):
