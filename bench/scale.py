@@ -15,12 +15,17 @@ allows), with the shipped attentive model:
   commands that serve JSON of that size in the recorded fixtures' shapes, for Slurm
   22.05 and 24.11 (`bench/slurm_scale.py`). Target p99 < 5 s.
 
+``--kept-off N`` keeps every pending job off the first N nodes, as an active reservation of
+someone else's does (daemon/others_reservations.py): then no job takes the decision core's
+fast path for plain requests.
+
 Prints a table; the last stdout line is a JSON object with ``choose_p99_ms``,
 ``plan_p99_ms`` and ``cycle_p99_s`` (and the rest); ``--json`` also writes it to
-bench/results/scale.json.
+bench/results/scale.json (scale_kept_off.json with ``--kept-off``).
 
     .venv/bin/python bench/scale.py --gpus 16384 --pending 10000 --json
     .venv/bin/python bench/scale.py --gpus 1024 --pending 1000 --skip-cycle   # the issue-3 size
+    .venv/bin/python bench/scale.py --kept-off 8 --skip-cycle   # with a reservation in the way
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import platform
 import resource
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +68,7 @@ def one_core() -> str:
         return "not pinned (no sched_setaffinity)"
 
 
-def measure_agents(gpus: int, pending: int, states: int, plans: int, seed: int) -> dict[str, Any]:
+def measure_agents(gpus: int, pending: int, states: int, plans: int, seed: int, kept_off: int = 0) -> dict[str, Any]:
     from attentived.agents.attentive import AttentivePolicy
     from attentived.agents.learned import load_learned
     from attentived.topology import uniform
@@ -73,6 +79,10 @@ def measure_agents(gpus: int, pending: int, states: int, plans: int, seed: int) 
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     snapshots = [random_state(rng, topo, pending=pending, busy_share=BUSY_SHARE) for _ in range(max(states, plans))]
+    if kept_off:
+        nodes = tuple(n.name for n in topo.nodes[:kept_off])
+        snapshots = [replace(s, pending=tuple(replace(p, exclude=(*p.exclude, *nodes)) for p in s.pending))
+                     for s in snapshots]
     built = time.perf_counter() - t0
     policy.choose(snapshots[0])  # warm-up: lazy caches (speed model, topology arrays)
     choose_ms = []
@@ -120,6 +130,8 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=5, help="steady daemon cycles per Slurm version")
     ap.add_argument("--skip-cycle", action="store_true", help="agents only (no daemon cycle)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kept-off", type=int, default=0, metavar="N",
+                    help="keep every pending job off the first N nodes (an active reservation of someone else's)")
     ap.add_argument("--json", action="store_true", help="also write bench/results/scale.json")
     args = ap.parse_args()
     if args.gpus % 32 or args.gpus <= 0:
@@ -129,12 +141,15 @@ def main() -> None:
 
     pinned = one_core()
     print(f"{args.gpus:,} GPUs, {args.pending:,} pending, {BUSY_SHARE:.0%} busy; one thread, {pinned}", file=sys.stderr)
-    agents = measure_agents(args.gpus, args.pending, args.states, args.plans, args.seed)
+    if not 0 <= args.kept_off < args.gpus // 8:
+        ap.error(f"--kept-off must be from 0 to {args.gpus // 8 - 1} nodes, got {args.kept_off}")
+    agents = measure_agents(args.gpus, args.pending, args.states, args.plans, args.seed, args.kept_off)
     doc: dict[str, Any] = {
         "benchmark": "scale",
         "gpus": args.gpus,
         "pending": args.pending,
         "busy_share": BUSY_SHARE,
+        "kept_off_nodes": args.kept_off,
         "one_core": pinned,
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count()},
         **agents,
@@ -158,9 +173,10 @@ def main() -> None:
     doc["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'peak memory':<28} {doc['peak_rss_mb']:8.0f} MB   (target < 2,048 MB)")
     if args.json:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"wrote {RESULTS}", file=sys.stderr)
+        out = RESULTS.with_name("scale_kept_off.json") if args.kept_off else RESULTS
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
     print(json.dumps(doc))
 
 

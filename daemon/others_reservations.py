@@ -23,6 +23,10 @@ from .records import SlurmReservation
 
 #: The duration slurmctld assumes for a job without a time limit (``YEAR_SECONDS``).
 NO_LIMIT = 365 * 86_400.0
+#: How much later than the snapshot a pinned job may start: slurmctld schedules on the
+#: update at once, or at its next pass (``sched_interval``, 60 s by default). A job whose
+#: limit would end within this of a reservation's start is kept off it too.
+START_SLACK = 60.0
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,11 @@ class OthersReservations:
         return bool(self.reservations)
 
     def kept_off(self, limit: float | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """For a job of time limit ``limit`` (seconds; ``None``: none) starting now, the
-        nodes slurmctld keeps it off and the reservations that do (names)."""
+        """For a job of time limit ``limit`` (seconds; ``None``: none) started from now on
+        (within `START_SLACK`), the nodes slurmctld keeps it off and the reservations that
+        do (names)."""
         if limit not in self._cache:
-            end = self.now + (NO_LIMIT if limit is None else limit)
+            end = self.now + START_SLACK + (NO_LIMIT if limit is None else limit)
             hit = [r for r in self.reservations if _start(r, self.now) < end]
             nodes = tuple(dict.fromkeys(n for r in hit for n in r.nodes))
             self._cache[limit] = (nodes, tuple(r.name for r in hit))

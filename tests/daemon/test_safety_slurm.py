@@ -230,7 +230,7 @@ def test_planned_start_that_slurm_refuses_is_noticed_and_moved(clean_lab, tmp_pa
 
 
 def test_a_reservation_ahead_keeps_off_only_the_jobs_it_would_refuse(clean_lab, tmp_path):
-    """node2 has 2 free GPUs but its maintenance begins in two minutes. slurmctld starts
+    """node2 has 2 free GPUs but its maintenance begins in five minutes. slurmctld starts
     no job there whose time limit reaches it: the plan never pins the 30-minute job to
     node2 (no stall, no idle cycle), and a one-minute job still starts there."""
     lab = clean_lab
@@ -238,7 +238,7 @@ def test_a_reservation_ahead_keeps_off_only_the_jobs_it_would_refuse(clean_lab, 
     blockers.append(submit(lab, None, "-w", "node2", "--gres=gpu:6", "--time", "10", name="most2"))
     for job in blockers:
         lab.wait_for_state(int(job), "RUNNING", timeout=20)
-    lab.run(["scontrol", "create", "reservation", "ReservationName=maint", "StartTime=now+120", "Duration=10",
+    lab.run(["scontrol", "create", "reservation", "ReservationName=maint", "StartTime=now+300", "Duration=10",
              "Users=root", "Nodes=node2", "Flags=MAINT,IGNORE_JOBS"])
     long = submit(lab, "alice", "--gres=gpu:2", name="long")  # --time 30
     eng = runner_for(lab, tmp_path, policy="fifo+consolidate+backfill", interval=1.0)
