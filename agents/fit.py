@@ -11,9 +11,9 @@ ends).
 The model is `PendingJob`'s, the one the simulator checks every start by: a job's ``cpus``
 spread over its nodes in proportion to its GPUs there, rounded up, so on a node where it
 takes ``k`` of its ``g`` GPUs it needs ``ceil(cpus * k / g)`` CPUs and ``mem_per_node`` MB
-(or ``mem_per_cpu`` MB per CPU, or ``mem_per_gpu`` MB per GPU: `PendingJob.mem_on`); an exclusive job needs nodes where nothing runs and holds
-them whole, their other GPUs too; each node must have the job's GPU type and all its
-features, be in one of its partitions and not in its ``-x`` list. A ``-w`` list must be
+(or ``mem_per_cpu`` MB per CPU, or ``mem_per_gpu`` MB per GPU: `PendingJob.mem_on`); an
+exclusive job needs nodes where nothing runs and holds them whole, their other GPUs too;
+each node must have the job's GPU type and all its features, be in one of its partitions and not in its ``-x`` list. A ``-w`` list must be
 covered whole (Slurm puts the job on every node it names), so the job runs on exactly those
 nodes: one of them, or, for several, an exact set of GPUs touching each (a job that would
 need nodes beyond its list is left to Slurm). Without node capacity (``ClusterState.nodes``

@@ -121,8 +121,9 @@ class SlurmJob:
     shape to exactly that many on each of ``num_nodes`` nodes. Times are Unix seconds
     (``None`` when unset); ``time_limit`` is in seconds (``None``: unlimited).
     ``gpu_indices`` maps each allocated node to the GPU indices Slurm gave the job there.
-    ``cpus`` (in all), ``mem_per_node`` / ``mem_per_cpu`` / ``mem_per_gpu`` (MB, 0 when not asked for),
-    ``exclusive`` and ``gpu_type`` are what slurmctld checks on a node besides free GPUs.
+    ``cpus`` (in all), ``mem_per_node`` / ``mem_per_cpu`` / ``mem_per_gpu`` (MB, 0 when not
+    asked for), ``exclusive`` and ``gpu_type`` are what slurmctld checks on a node besides
+    free GPUs.
     ``array`` marks a pending job array record: one id for many tasks.
     """
 

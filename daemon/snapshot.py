@@ -23,9 +23,9 @@
   must not be planned on (where its last planned start stalled), and each job is kept off
   the nodes of others' reservations, active or beginning before its time limit would end
   (`reserved_for_others`: slurmctld refuses it there, whenever their GPUs free up).
-  ``leave_to_slurm`` names
-  pending jobs Slurm will not let anyone update for now (daemon/unregistered.py): they are
-  left out, like jobs of other partitions, and counted as ``unregistered``.
+  ``leave_to_slurm`` names pending jobs Slurm will not let anyone update for now
+  (daemon/unregistered.py): they are left out, like jobs of other partitions, and counted
+  as ``unregistered``.
 - Pending jobs submitted in the same second are spread over that second in job-id order,
   so that policies keep Slurm's tie-break (lower job id first).
 - ``users`` is each user's history from finished GPU jobs slurmctld still shows

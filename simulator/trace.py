@@ -7,8 +7,8 @@ generic
     ``job_id,submit_time,user,num_gpus,duration[,model]``; times in seconds. Optional
     columns say what else the job asked Slurm for (an empty cell: nothing): ``cpus`` (in
     all), ``mem_per_node``, ``mem_per_cpu`` or ``mem_per_gpu`` (MB, or with a K/M/G/T
-    suffix as Slurm's ``--mem``; one of them in a row, as Slurm), ``exclusive`` (0/1, true/false, yes/no), ``gpu_type``
-    (``--gres=gpu:TYPE:n``), ``nodelist`` and ``exclude`` (Slurm hostlists, ``-w``/``-x``)
+    suffix as Slurm's ``--mem``; one of them in a row, as Slurm), ``exclusive`` (0/1,
+    true/false, yes/no), ``gpu_type`` (``--gres=gpu:TYPE:n``), ``nodelist`` and ``exclude`` (Slurm hostlists, ``-w``/``-x``)
     and ``features`` (``-C``: names separated by ``&`` or spaces; ``|`` and the other
     operators are not modelled). Other columns are ignored, so an exported table with
     extra fields loads as it is.
@@ -95,8 +95,8 @@ class TraceJob:
     """1-based line in the source file, so later errors can point back at it."""
     cpus: int = 0
     """What else the job asked Slurm for, when the trace says (0 / empty: nothing): CPUs in
-    all, memory per node, per CPU or per GPU (MB), whole nodes, a GPU type, nodes it must include
-    (``-w``) or avoid (``-x``), and node features it requires (``-C``)."""
+    all, memory per node, per CPU or per GPU (MB), whole nodes, a GPU type, nodes it must
+    include (``-w``) or avoid (``-x``), and node features it requires (``-C``)."""
     mem_per_node: int = 0
     mem_per_cpu: int = 0
     mem_per_gpu: int = 0
