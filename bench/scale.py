@@ -138,11 +138,11 @@ def main() -> None:
         ap.error(f"--gpus must be a positive multiple of 32 (8 GPUs per node, 4 nodes per switch), got {args.gpus}")
     if args.pending < 1:
         ap.error(f"--pending must be at least 1, got {args.pending}")
+    if not 0 <= args.kept_off < args.gpus // 8:
+        ap.error(f"--kept-off must be from 0 to {args.gpus // 8 - 1} nodes, got {args.kept_off}")
 
     pinned = one_core()
     print(f"{args.gpus:,} GPUs, {args.pending:,} pending, {BUSY_SHARE:.0%} busy; one thread, {pinned}", file=sys.stderr)
-    if not 0 <= args.kept_off < args.gpus // 8:
-        ap.error(f"--kept-off must be from 0 to {args.gpus // 8 - 1} nodes, got {args.kept_off}")
     agents = measure_agents(args.gpus, args.pending, args.states, args.plans, args.seed, args.kept_off)
     doc: dict[str, Any] = {
         "benchmark": "scale",
