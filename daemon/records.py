@@ -123,7 +123,8 @@ class SlurmJob:
     ``gpu_indices`` maps each allocated node to the GPU indices Slurm gave the job there.
     ``cpus`` (in all), ``mem_per_node`` / ``mem_per_cpu`` / ``mem_per_gpu`` (MB, 0 when not
     asked for), ``exclusive`` and ``gpu_type`` are what slurmctld checks on a node besides
-    free GPUs.
+    free GPUs; ``exclusive`` is any request or partition setting that keeps the job's nodes
+    to it (``--exclusive``, ``--exclusive=user``, ``OverSubscribe=EXCLUSIVE``, ...).
     ``array`` marks a pending job array record: one id for many tasks.
     """
 

@@ -276,12 +276,23 @@ def tres_gpu_type(spec: str) -> str:
     return ""
 
 
+#: ``shared`` values of a job no other job shares a node with: ``--exclusive`` or a partition
+#: with ``OverSubscribe=EXCLUSIVE`` (``none``), ``--exclusive=user`` or a partition with
+#: ``ExclusiveUser=YES`` (``user``), ``--exclusive=mcs``, ``--exclusive=topo`` (25.05).
+#: Slurm reports the partition's setting on pending jobs too, from the partition it last
+#: tried the job in (`_pack_default_job_details` in 22.05, `get_job_share_value` in 24.11).
+#: A ``user`` job is allocated only the GPUs it asked for, yet slurmctld starts nothing else
+#: on its nodes, not even its own user's jobs (measured on 22.05 and 24.11,
+#: tests/daemon/fixtures/README.md): whole nodes, as for ``--exclusive``.
+_APART = frozenset({"none", "user", "mcs", "topo"})
+
+
 def _exclusive(rec: dict[str, Any], src: str) -> bool:
-    """``--exclusive``: 22.05 says ``"shared": "none"``, 24.11 ``"shared": ["none"]`` or
-    ``"exclusive": ["true"]``."""
+    """Whether Slurm keeps the job's nodes to it (`_APART`): 22.05 says ``"shared":
+    "none"``, 24.11 ``"shared": ["none"]`` or ``"exclusive": ["true"]``."""
     shared = words(rec.get("shared"), "shared", src)
     exclusive = words(rec.get("exclusive"), "exclusive", src)
-    return "none" in (w.lower() for w in shared) or any(w.lower() in ("true", "1", "exclusive") for w in exclusive)
+    return any(w.lower() in _APART for w in shared) or any(w.lower() in ("true", "1", "exclusive") for w in exclusive)
 
 
 @functools.lru_cache(maxsize=4096)  # GRES and TRES strings repeat across a queue: parse each once

@@ -190,9 +190,11 @@ def build_state(
     running: list[RunningJob] = []
     running_gpus: dict[str, tuple[int, ...]] = {}
     for job in snap.jobs:
-        if not job.active or job.gpus <= 0:
+        if not job.active:
             continue
-        gpus = _job_gpus(job, topo, free, warnings)
+        gpus = _job_gpus(job, topo, free, warnings) if job.gpus > 0 else ()
+        if job.exclusive:  # Slurm starts nothing else on its nodes, whatever it was allocated
+            _occupy_nodes(job, topo, free)
         if not gpus:
             continue
         free[list(gpus)] = False
@@ -354,6 +356,19 @@ def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, own: Mapping[
     if features and not _SIMPLE_FEATURES.fullmatch(features):
         return True
     return bool(job.reservation) and job.reservation not in own
+
+
+def _occupy_nodes(job: SlurmJob, topo: Topology, free: np.ndarray) -> None:
+    """Mark every GPU of an exclusive job's nodes in use. ``--exclusive`` is allocated them
+    all, but ``--exclusive=user`` (or a partition's ``ExclusiveUser=YES``) only those it
+    asked for, and a CPU job none: their other GPUs look free and take no job. As a running
+    `RunningJob` the job gives them back when it ends (`Fit.release`); a job holding no GPU
+    is no running job to the policy, so its nodes' GPUs count as gone until it ends."""
+    first = topo.node_first_gpu
+    for node in job.nodes:
+        ni = topo.node_index.get(node)
+        if ni is not None:
+            free[int(first[ni]) : int(first[ni + 1])] = False
 
 
 def _job_gpus(job: SlurmJob, topo: Topology, free: np.ndarray, warnings: list[str]) -> tuple[int, ...]:

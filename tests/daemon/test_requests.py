@@ -19,7 +19,7 @@ from attentived.daemon.journal import Journal
 from attentived.daemon.placements import PlacementTracker
 from attentived.daemon.prom import Metrics
 from attentived.daemon.records import SlurmJob, SlurmNode, SlurmVersion, Snapshot
-from attentived.daemon.slurm_json import parse_squeue
+from attentived.daemon.slurm_json import parse_nodes, parse_sinfo, parse_squeue
 from attentived.daemon.snapshot import build_state
 from attentived.daemon.stability import stabilize
 from attentived.topology import uniform
@@ -58,6 +58,32 @@ def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(versi
     built = build_state(snap, TOPO, ["main"])
     assert {p.job_id: p.mem_per_gpu for p in built.state.pending} == {"4": 3072, "6": 4096}
     assert next(r for r in built.state.running if r.job_id == "3").mem == 6000
+
+
+@pytest.mark.parametrize(("version", "nodes_file"), [("slurm-22.05", "sinfo-exclusive.json"),
+                                                     ("slurm-24.11", "scontrol-show-nodes-exclusive.json")])
+def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
+    """``--exclusive=user``, partitions with ``ExclusiveUser=YES`` or ``OverSubscribe=EXCLUSIVE``
+    (fixtures/README.md): Slurm starts nothing else on their nodes, though a ``user`` job is
+    allocated only its 2 GPUs. Bob's job asks for node1, where alice's such job runs with 6
+    GPUs unallocated: Slurm leaves it pending (Resources), and so must the plan."""
+    d = FIX.parent / version
+    ids = json.loads((d / "scenario-exclusive.json").read_text())
+    jobs = {j.job_id: j for j in parse_squeue((d / "squeue-exclusive.json").read_text()).jobs}
+    kept_apart = ("exclusive_user_running", "exclusive_user_partition_running", "exclusive_partition_running",
+                  "exclusive_partition_held", "exclusive_running")
+    assert all(jobs[ids[k]].exclusive for k in kept_apart) and not jobs[ids["plain_behind_it"]].exclusive
+    assert jobs[ids["exclusive_user_running"]].gpu_indices == {"node1": (0, 1)}
+    raw = (d / nodes_file).read_text()
+    nodes = parse_sinfo(raw) if nodes_file.startswith("sinfo") else parse_nodes(raw)
+    snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(jobs.values()), nodes)
+    built = build_state(snap, TOPO, ["main"])
+    assert not built.state.free.any()
+    assert [p.job_id for p in built.state.pending] == [ids["plain_behind_it"]]
+    plan = make_policy("fifo+consolidate+backfill").decide(built.state)
+    assert not plan.starts
+    user_run = next(r for r in built.state.running if r.job_id == ids["exclusive_user_running"])
+    assert user_run.gpus == (0, 1) and user_run.exclusive  # its service is 2 GPUs; it gives node1 back whole
 
 
 def test_a_single_pending_array_task_is_still_an_array():

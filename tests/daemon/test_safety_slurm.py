@@ -390,6 +390,30 @@ def test_a_held_job_is_not_kept_for_a_draining_node(clean_lab, tmp_path):
     assert jobs_now(lab)[big]["NodeList"] == "node1"
 
 
+def test_a_node_slurm_keeps_to_one_job_takes_no_other(clean_lab, tmp_path):
+    """alice's ``--exclusive=user`` job runs on node1 with 2 of its 8 GPUs, ending first;
+    nodes 2-4 are full. Slurm starts nothing else on node1 while it runs, though 6 GPUs
+    show unallocated: bob's 4-GPU job pinned there would wait with node1's GPUs idle. It
+    must be held for node1 and start there when alice's job ends."""
+    lab = clean_lab
+    full = [submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", name=f"full{i}") for i in (2, 3, 4)]
+    apart = submit(lab, "alice", "--exclusive=user", "--gres=gpu:2", "-w", "node1", "--time", "5", name="apart")
+    for job in (*full, apart):
+        lab.wait_for_state(int(job), "RUNNING", timeout=20)
+    four = submit(lab, "bob", "--gres=gpu:4", name="four")
+    eng = runner_for(lab, tmp_path)
+    for _ in range(3):
+        res = eng.run_cycle()
+        assert res.ok and res.failed == 0, (res.error, [(o.action.describe(), o.error) for o in res.outcomes if not o.ok])
+        assert not res.plan_doc["starts"], res.plan_doc["starts"]
+        assert [(h["job"], h["nodes"]) for h in res.plan_doc["holds"]] == [(four, ["node1"])], res.plan_doc["holds"]
+        assert pins(lab).get(four) is None and exclusions(lab).get(four) == ["node2", "node3", "node4"]
+        time.sleep(1.0)
+    lab.run(["scancel", apart])
+    lab.wait_for_state(int(four), "RUNNING", timeout=20)
+    assert jobs_now(lab)[four]["NodeList"] == "node1"
+
+
 def test_a_partition_dropped_on_reload_gets_slurms_priorities_back(clean_lab, tmp_path):
     """The daemon ordered jobs of ``main`` and ``other``; a reload drops ``other``. Its jobs
     must not keep the daemon's priorities (above every user's) with no one managing them:
