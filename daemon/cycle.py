@@ -52,7 +52,7 @@ from .records import (
     Snapshot,
     job_number,
 )
-from .snapshot import Built, build_state, own_reservations
+from .snapshot import Built, build_state, memory_is_consumable, own_reservations
 from .stability import previous_placements, stabilize
 from .status import status_doc
 from .status import write_status as write_status_file
@@ -149,6 +149,7 @@ class CycleRunner:
         self.topology_source: TopologySource | None = None
         self.partitions: tuple[str, ...] = config.partitions
         self.slurm_findings: list[Any] = []
+        self.memory_consumable = False  # Slurm allocates memory: a job asking none takes a node's all
         self.setup_done = False
         self.seq = 0
         self.failures = 0
@@ -222,6 +223,7 @@ class CycleRunner:
             conf = self.backend.config()
         except SlurmError as e:
             self.log.warning("slurm.config_unreadable", error=str(e))
+        self.memory_consumable = memory_is_consumable(conf)
         if conf:
             self.accounting.configure(conf.get("AccountingStorageType", ""), self.config.accounting_check_interval)
             self.slurm_findings = check_slurm_config(conf, priority_floor=self.config.priority_floor,
@@ -426,7 +428,8 @@ class CycleRunner:
         built = build_state(snap, self.topology, self.partitions, reservation_prefix=self.config.reservation_prefix,
                             owned_pins=owned, owned_reservations=self.reservations.owned(snap),
                             owned_exclusions=self.journal.exclusions(),
-                            avoid=self.placements.avoid(), leave_to_slurm=self.unregistered.leave_out())
+                            avoid=self.placements.avoid(), leave_to_slurm=self.unregistered.leave_out(),
+                            memory_consumable=self.memory_consumable)
         for w in built.warnings[:20]:
             self.log.warning("snapshot.warning", message=w)
         res.counts = dict(built.counts, free_gpus=built.state.num_free)

@@ -130,8 +130,11 @@ def build_state(
     owned_exclusions: Mapping[str, tuple[str, ...]] | None = None,
     avoid: Mapping[str, tuple[str, ...]] | None = None,
     leave_to_slurm: Collection[str] = (),
+    memory_consumable: bool = False,
     now: float | None = None,
 ) -> Built:
+    """The state the policy sees. ``memory_consumable``: Slurm allocates memory
+    (`memory_is_consumable`), so a job that asks for none takes all of each node's."""
     now = snap.taken_at if now is None else now
     partitions = tuple(partitions)
     owned_pins = owned_pins or {}
@@ -204,6 +207,8 @@ def build_state(
             continue
         cpus = job.cpus
         mem = job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
+        if memory_consumable and not mem:
+            mem = _memory_of(job.nodes, topo, capacity)
         if len(back) < len(gpus):  # what it holds on the nodes that come back, as `Fit.release` spreads it
             cpus, mem = -(-cpus * len(back) // len(gpus)), -(-mem * len(back) // len(gpus))
         running.append(RunningJob(
@@ -246,6 +251,7 @@ def build_state(
     submits = _tie_break(list(managed.values()), now)
     capacity = replace(capacity, partition_nodes=_partition_nodes(topo, slurm_nodes, {j.partition for j in managed.values()}))
     reserved_for_others: dict[str, tuple[str, ...]] = {}
+    whole = _largest_memory(capacity) if memory_consumable else 0
     pending = []
     for job_id, job in managed.items():
         keep_off = avoid.get(job_id, ())
@@ -254,6 +260,8 @@ def build_state(
             nodes, names = others.kept_off(job.time_limit)
             if names:
                 keep_off, reserved_for_others[job_id] = (*keep_off, *nodes), names
+        if whole and not (job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu):
+            job = replace(job, mem_per_node=whole)
         pending.append(_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, keep_off))
     counts["managed"] = len(pending)
     counts["running"] = len(running)
@@ -264,6 +272,33 @@ def build_state(
                  node_reasons=node_reasons, left_to_slurm=frozenset(leave_to_slurm),
                  running_gpus=running_gpus, warnings=warnings, counts=counts, reserved_for_others=reserved_for_others,
                  others=others)
+
+
+def memory_is_consumable(slurm_config: Mapping[str, str]) -> bool:
+    """Whether Slurm allocates memory (``SelectTypeParameters=CR_*_Memory``, from ``scontrol
+    show config``). Then a job that asks for none (``--mem=0``, or no ``--mem`` and no
+    ``DefMemPer*``) is allocated all of each node's and starts only where none is allocated
+    (cons_tres's ``_verify_node_state``; squeue shows it asking 0 on 22.05 and 24.11,
+    tests/daemon/fixtures/README.md)."""
+    return "MEMORY" in slurm_config.get("SelectTypeParameters", "").upper()
+
+
+def _memory_of(nodes: Iterable[str], topo: Topology, capacity: NodeCapacity) -> int:
+    """A running job's memory when it holds all of each of its nodes'."""
+    total = capacity.total_mem
+    assert total is not None
+    index = topo.node_index
+    return sum(int(total[index[n]]) for n in nodes if n in index and total[index[n]] < _UNLIMITED)
+
+
+def _largest_memory(capacity: NodeCapacity) -> int:
+    """The memory per node a pending job that asks for none is planned with: the most any
+    node has, so it goes only where nothing is allocated. Where nodes differ, it is planned
+    only onto the largest (Slurm would also start it on an empty smaller one)."""
+    total = capacity.total_mem
+    assert total is not None
+    known = total[total < _UNLIMITED]
+    return int(known.max()) if len(known) else 0
 
 
 def _partition_nodes(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], fields: set[str]) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ from attentived.daemon.placements import PlacementTracker
 from attentived.daemon.prom import Metrics
 from attentived.daemon.records import SlurmJob, SlurmNode, SlurmVersion, Snapshot
 from attentived.daemon.slurm_json import parse_nodes, parse_sinfo, parse_squeue
-from attentived.daemon.snapshot import build_state
+from attentived.daemon.snapshot import build_state, memory_is_consumable
 from attentived.daemon.stability import stabilize
 from attentived.topology import uniform
 
@@ -84,6 +84,34 @@ def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
     assert not plan.starts
     user_run = next(r for r in built.state.running if r.job_id == ids["exclusive_user_running"])
     assert user_run.gpus == (0, 1) and user_run.exclusive  # its service is 2 GPUs; it gives node1 back whole
+
+
+@pytest.mark.parametrize(("version", "nodes_file"), [("slurm-22.05", "sinfo-mem-whole.json"),
+                                                     ("slurm-24.11", "scontrol-show-nodes-mem-whole.json")])
+def test_a_job_asking_no_memory_takes_a_whole_nodes_where_slurm_allocates_memory(version, nodes_file):
+    """Under ``CR_Core_Memory`` with no ``DefMemPer*`` (fixtures/README.md), ``--mem=0`` and no
+    ``--mem`` both take all of a node's memory and start only where none is allocated.
+    node3 runs a job of 1000 MB with 6 GPUs free: carol's two jobs asking none wait (Slurm
+    says Resources), and so must the plan; bob's job of 1000 MB may start there."""
+    d = FIX.parent / version
+    ids = json.loads((d / "scenario-mem-whole.json").read_text())
+    jobs = parse_squeue((d / "squeue-mem-whole.json").read_text()).jobs
+    raw = (d / nodes_file).read_text()
+    nodes = parse_sinfo(raw) if nodes_file.startswith("sinfo") else parse_nodes(raw)
+    snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(replace(j, required_nodes=()) if j.job_id == ids["behind_whole_memory"]
+                                                      else j for j in jobs), nodes)
+    assert memory_is_consumable({"SelectTypeParameters": "CR_CORE_MEMORY"})
+    assert not memory_is_consumable({"SelectTypeParameters": "CR_CORE"}) and not memory_is_consumable({})
+    built = build_state(snap, TOPO, ["main"], memory_consumable=True)
+    pending = {p.job_id: p for p in built.state.pending}
+    assert pending[ids["mem0_pending"]].mem_per_node == pending[ids["default_pending"]].mem_per_node == 64000
+    running = {r.job_id: r.mem for r in built.state.running}
+    assert running[ids["default_running"]] == running[ids["mem0_running"]] == 64000  # given back when they end
+    starts = {s.job_id: s for s in make_policy("fifo+consolidate+backfill").decide(built.state).starts}
+    assert set(starts) == {ids["behind_whole_memory"]} and set(TOPO.gpu_node[list(starts[ids["behind_whole_memory"]].gpus)]) == {2}
+    # without CR_*_Memory, memory is not allocated: the lab's own setting (CR_Core)
+    unsized = build_state(snap, TOPO, ["main"])
+    assert {p.job_id: p.mem_per_node for p in unsized.state.pending}[ids["mem0_pending"]] == 0
 
 
 def test_a_single_pending_array_task_is_still_an_array():
