@@ -326,12 +326,27 @@ def _pending_job(job: SlurmJob, submit_time: float, own_pin: tuple[str, ...] | N
     features = job.features if job.features not in ("", "(null)") else ""
     return PendingJob(
         job_id=job.job_id, user=job.user, num_gpus=job.gpus, submit_time=submit_time,
-        time_limit=job.time_limit, num_nodes=job.num_nodes if job.per_node_fixed else None,
+        time_limit=job.time_limit, num_nodes=_node_count(job),
         model=job_model(job), partition=job.partition, cpus=job.cpus, mem_per_node=job.mem_per_node,
         mem_per_cpu=job.mem_per_cpu, mem_per_gpu=job.mem_per_gpu, exclusive=job.exclusive, gpu_type=job.gpu_type, nodelist=tuple(users_pin),
         exclude=tuple(dict.fromkeys(((*job.excluded_nodes,) if not own_exclusion else ()) + tuple(avoid))),
         features=tuple(re.split(r"[&,]", features)) if _SIMPLE_FEATURES.fullmatch(features) else (),
     )
+
+
+def _node_count(job: SlurmJob) -> int | None:
+    """The node count a plan keeps the job to (`PendingJob.num_nodes`: that many nodes, the
+    same GPUs on each). Its own when it asked GPUs per node (``--gres=gpu:N``,
+    ``--gpus-per-node``). GPUs per job or task over more nodes than one (``-N 2 --gpus=8``;
+    squeue's node count is slurmctld's minimum or its estimate) go on exactly those nodes,
+    at least one on each: a single node pinned is refused, an even split over the pinned
+    nodes is one slurmctld accepts (it may divide them otherwise there). A count that does
+    not divide the GPUs is left to Slurm (`_constrained`)."""
+    if job.per_node_fixed:
+        return job.num_nodes
+    if job.num_nodes > 1 and job.gpus % job.num_nodes == 0:
+        return job.num_nodes
+    return None
 
 
 def _tie_break(jobs: list[SlurmJob], now: float) -> dict[str, float]:
@@ -387,6 +402,8 @@ def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, own: Mapping[
         return True
     if job.array:
         return True
+    if not job.per_node_fixed and job.num_nodes > 1 and job.gpus % job.num_nodes:
+        return True  # GPUs spread unevenly over a node count (`_node_count`)
     features = job.features if job.features != "(null)" else ""
     if features and not _SIMPLE_FEATURES.fullmatch(features):
         return True

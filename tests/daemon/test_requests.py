@@ -114,6 +114,29 @@ def test_a_job_asking_no_memory_takes_a_whole_nodes_where_slurm_allocates_memory
     assert {p.job_id: p.mem_per_node for p in unsized.state.pending}[ids["mem0_pending"]] == 0
 
 
+def test_gpus_per_job_over_several_nodes_go_on_that_many_nodes():
+    """``-N2 --gpus=4`` (job 10 of squeue-requests.json): Slurm puts at least one GPU on each
+    of 2 nodes. With 4 GPUs free on node1 alone, a pin to node1 would wait for nothing, so
+    the plan starts it only across two nodes; ``--gpus=5`` over 2 nodes is left to Slurm."""
+    (job,) = [j for j in parse_squeue((FIX / "squeue-requests.json").read_text()).jobs if j.job_id == "10"]
+    job = replace(job, user="alice", reason="Priority")
+    nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
+                            real_memory=64000) for i in range(1, 5))
+
+    def plan(busy):
+        running = tuple(SlurmJob(f"r{i}", user="bob", state="RUNNING", gpus=len(idx), nodes=(f"node{i}",),
+                                 gpu_indices={f"node{i}": idx}, start_time=NOW, time_limit=600) for i, idx in busy.items())
+        built = build_state(Snapshot(SlurmVersion(22, 5, 8), NOW, (job, *running), nodes), TOPO, ["main"])
+        assert [(p.job_id, p.num_nodes) for p in built.state.pending] == [("10", 2)] and not built.constrained
+        return [sorted(set(TOPO.gpu_node[list(s.gpus)].tolist())) for s in make_policy("fifo+consolidate").decide(built.state).starts]
+
+    assert plan({1: (0, 1, 2, 3), 2: tuple(range(8)), 3: tuple(range(8)), 4: tuple(range(8))}) == []
+    assert plan({1: (0, 1, 2, 3), 2: (0, 1, 2, 3, 4, 5), 3: tuple(range(8)), 4: tuple(range(8))}) == [[0, 1]]
+    odd = replace(job, gpus=5)
+    built = build_state(Snapshot(SlurmVersion(22, 5, 8), NOW, (odd,), nodes), TOPO, ["main"])
+    assert built.constrained == {"10"} and built.state.pending[0].num_nodes is None
+
+
 def test_a_single_pending_array_task_is_still_an_array():
     raw = (FIX / "squeue-requests.json").read_text()
     rec = next(j for j in json.loads(raw)["jobs"] if j["job_id"] == 9)
