@@ -37,6 +37,7 @@ from .config import Config
 from .connect import make_backend
 from .handback import hand_back, release_partitions
 from .idle import IdleWatch
+from .job_defaults import JobDefaults
 from .journal import Journal
 from .notify import Notifier
 from .ownership import ReservationBook
@@ -52,7 +53,7 @@ from .records import (
     Snapshot,
     job_number,
 )
-from .snapshot import Built, build_state, memory_is_consumable, own_reservations
+from .snapshot import Built, build_state, own_reservations
 from .stability import previous_placements, stabilize
 from .status import status_doc
 from .status import write_status as write_status_file
@@ -149,7 +150,7 @@ class CycleRunner:
         self.topology_source: TopologySource | None = None
         self.partitions: tuple[str, ...] = config.partitions
         self.slurm_findings: list[Any] = []
-        self.memory_consumable = False  # Slurm allocates memory: a job asking none takes a node's all
+        self.job_defaults = JobDefaults()  # what slurmctld allocates beyond what squeue shows
         self.setup_done = False
         self.seq = 0
         self.failures = 0
@@ -223,7 +224,7 @@ class CycleRunner:
             conf = self.backend.config()
         except SlurmError as e:
             self.log.warning("slurm.config_unreadable", error=str(e))
-        self.memory_consumable = memory_is_consumable(conf)
+        self.job_defaults = JobDefaults.of(conf)
         if conf:
             self.accounting.configure(conf.get("AccountingStorageType", ""), self.config.accounting_check_interval)
             self.slurm_findings = check_slurm_config(conf, priority_floor=self.config.priority_floor,
@@ -429,7 +430,7 @@ class CycleRunner:
                             owned_pins=owned, owned_reservations=self.reservations.owned(snap),
                             owned_exclusions=self.journal.exclusions(),
                             avoid=self.placements.avoid(), leave_to_slurm=self.unregistered.leave_out(),
-                            memory_consumable=self.memory_consumable)
+                            defaults=self.job_defaults)
         for w in built.warnings[:20]:
             self.log.warning("snapshot.warning", message=w)
         res.counts = dict(built.counts, free_gpus=built.state.num_free)

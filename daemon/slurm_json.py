@@ -295,6 +295,16 @@ def _exclusive(rec: dict[str, Any], src: str) -> bool:
     return any(w.lower() in _APART for w in shared) or any(w.lower() in ("true", "1", "exclusive") for w in exclusive)
 
 
+_TRES_MEM = re.compile(r"(?:^|,)mem=(?P<n>[0-9.]+)(?P<unit>[KMGTP]?)(?:,|$)")
+_MB_PER = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+
+
+def _tres_mem(spec: str) -> int | None:
+    """MB of memory in a TRES string (``cpu=1,mem=62.50G,node=1``), ``None`` without it."""
+    m = _TRES_MEM.search(spec)
+    return None if m is None else round(float(m.group("n")) * _MB_PER[m.group("unit")])
+
+
 @functools.lru_cache(maxsize=4096)  # GRES and TRES strings repeat across a queue: parse each once
 def tres_gpus(spec: str) -> int:
     """GPUs in a TRES request string (``gres:gpu:3``, ``gres/gpu:h100:2``, ``gres/gpu=4``)."""
@@ -392,16 +402,22 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
     mem_per_node = number(rec.get("memory_per_node"), "memory_per_node", src) or 0
     mem_per_cpu = number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0
     mem_per_gpu = tres_gpus(text(rec.get("memory_per_tres"), "memory_per_tres", src))
+    flags = rec.get("flags")
+    # the user set a memory per node or per CPU, --mem=0 included (flag JOB_MEM_SET;
+    # EXACT_MEMORY_REQUESTED in 24.11's JSON; a default memory per CPU shows without it)
+    mem_set = bool(_MEM_SET.intersection(flags)) if isinstance(flags, list) else bool(mem_per_node or mem_per_cpu)
     if mem_per_gpu:
         # --mem-per-gpu, or DefMemPerGPU once slurmctld has looked at the job ("gpu:N").
         # cons_tres allocates it, and clears the memory per node or CPU, unless the user
-        # set one (flag JOB_MEM_SET; EXACT_MEMORY_REQUESTED in 24.11's JSON; a
-        # default memory per CPU shows without it).
-        flags = rec.get("flags")
-        user_set = (bool(_MEM_SET.intersection(flags)) if isinstance(flags, list)
-                    else bool(mem_per_node or mem_per_cpu))
-        if user_set:
+        # set one.
+        if mem_set:
             mem_per_gpu = 0
+            if isinstance(flags, list) and "EXACT_MEMORY_REQUESTED" in flags:
+                # 24.11 then shows the per-GPU default as the memory per node, whatever the
+                # user asked: the request is left only in the TRES asked for, in all
+                total = _tres_mem(text(rec.get("tres_req_str"), "tres_req_str", src))
+                if total is not None:
+                    mem_per_node, mem_per_cpu = -(-total // node_count), 0
         else:
             mem_per_node = mem_per_cpu = 0
     return SlurmJob(
@@ -436,6 +452,7 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
         mem_per_node=mem_per_node,
         mem_per_cpu=mem_per_cpu,
         mem_per_gpu=mem_per_gpu,
+        mem_set=mem_set,
         exclusive=_exclusive(rec, src),
         last_evaluated=_time(rec.get("last_sched_evaluation"), "last_sched_evaluation", src),
         gpu_type=tres_gpu_type(tres_node) or tres_gpu_type(tres_job) or tres_gpu_type(tres_task),

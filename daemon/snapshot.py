@@ -43,6 +43,7 @@ import numpy as np
 from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 
+from .job_defaults import JobDefaults
 from .others_reservations import OthersReservations
 from .records import SlurmJob, SlurmNode, SlurmReservation, Snapshot, in_partitions, job_number
 
@@ -130,11 +131,11 @@ def build_state(
     owned_exclusions: Mapping[str, tuple[str, ...]] | None = None,
     avoid: Mapping[str, tuple[str, ...]] | None = None,
     leave_to_slurm: Collection[str] = (),
-    memory_consumable: bool = False,
+    defaults: JobDefaults = JobDefaults(),
     now: float | None = None,
 ) -> Built:
-    """The state the policy sees. ``memory_consumable``: Slurm allocates memory
-    (`memory_is_consumable`), so a job that asks for none takes all of each node's."""
+    """The state the policy sees; ``defaults``: what slurmctld allocates a job beyond what
+    squeue shows it asking (`JobDefaults`)."""
     now = snap.taken_at if now is None else now
     partitions = tuple(partitions)
     owned_pins = owned_pins or {}
@@ -195,9 +196,11 @@ def build_state(
     for job in snap.jobs:
         if not job.active:
             continue
+        job = defaults.applied(job)
         gpus = _job_gpus(job, topo, free, warnings) if job.gpus > 0 else ()
         if job.exclusive:  # Slurm starts nothing else on its nodes, whatever it was allocated
-            _occupy_nodes(job, topo, free)
+            for name in _occupy_nodes(job, gpus, topo, free):
+                node_reasons.setdefault(name, f"kept whole by job {job.job_id}")
         if not gpus:
             continue
         free[list(gpus)] = False
@@ -207,8 +210,6 @@ def build_state(
             continue
         cpus = job.cpus
         mem = job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
-        if memory_consumable and not mem:
-            mem = _memory_of(job.nodes, topo, capacity)
         if len(back) < len(gpus):  # what it holds on the nodes that come back, as `Fit.release` spreads it
             cpus, mem = -(-cpus * len(back) // len(gpus)), -(-mem * len(back) // len(gpus))
         running.append(RunningJob(
@@ -251,7 +252,6 @@ def build_state(
     submits = _tie_break(list(managed.values()), now)
     capacity = replace(capacity, partition_nodes=_partition_nodes(topo, slurm_nodes, {j.partition for j in managed.values()}))
     reserved_for_others: dict[str, tuple[str, ...]] = {}
-    whole = _largest_memory(capacity) if memory_consumable else 0
     pending = []
     for job_id, job in managed.items():
         keep_off = avoid.get(job_id, ())
@@ -260,9 +260,7 @@ def build_state(
             nodes, names = others.kept_off(job.time_limit)
             if names:
                 keep_off, reserved_for_others[job_id] = (*keep_off, *nodes), names
-        if whole and not (job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu):
-            job = replace(job, mem_per_node=whole)
-        pending.append(_pending_job(job, submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, keep_off))
+        pending.append(_pending_job(defaults.applied(job), submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, keep_off))
     counts["managed"] = len(pending)
     counts["running"] = len(running)
     state = ClusterState(now=now, topology=topo, free=free, pending=tuple(pending), running=tuple(running), users=users,
@@ -272,33 +270,6 @@ def build_state(
                  node_reasons=node_reasons, left_to_slurm=frozenset(leave_to_slurm),
                  running_gpus=running_gpus, warnings=warnings, counts=counts, reserved_for_others=reserved_for_others,
                  others=others)
-
-
-def memory_is_consumable(slurm_config: Mapping[str, str]) -> bool:
-    """Whether Slurm allocates memory (``SelectTypeParameters=CR_*_Memory``, from ``scontrol
-    show config``). Then a job that asks for none (``--mem=0``, or no ``--mem`` and no
-    ``DefMemPer*``) is allocated all of each node's and starts only where none is allocated
-    (cons_tres's ``_verify_node_state``; squeue shows it asking 0 on 22.05 and 24.11,
-    tests/daemon/fixtures/README.md)."""
-    return "MEMORY" in slurm_config.get("SelectTypeParameters", "").upper()
-
-
-def _memory_of(nodes: Iterable[str], topo: Topology, capacity: NodeCapacity) -> int:
-    """A running job's memory when it holds all of each of its nodes'."""
-    total = capacity.total_mem
-    assert total is not None
-    index = topo.node_index
-    return sum(int(total[index[n]]) for n in nodes if n in index and total[index[n]] < _UNLIMITED)
-
-
-def _largest_memory(capacity: NodeCapacity) -> int:
-    """The memory per node a pending job that asks for none is planned with: the most any
-    node has, so it goes only where nothing is allocated. Where nodes differ, it is planned
-    only onto the largest (Slurm would also start it on an empty smaller one)."""
-    total = capacity.total_mem
-    assert total is not None
-    known = total[total < _UNLIMITED]
-    return int(known.max()) if len(known) else 0
 
 
 def _partition_nodes(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], fields: set[str]) -> dict[str, np.ndarray]:
@@ -410,17 +381,26 @@ def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, own: Mapping[
     return bool(job.reservation) and job.reservation not in own
 
 
-def _occupy_nodes(job: SlurmJob, topo: Topology, free: np.ndarray) -> None:
-    """Mark every GPU of an exclusive job's nodes in use. ``--exclusive`` is allocated them
-    all, but ``--exclusive=user`` (or a partition's ``ExclusiveUser=YES``) only those it
-    asked for, and a CPU job none: their other GPUs look free and take no job. As a running
-    `RunningJob` the job gives them back when it ends (`Fit.release`); a job holding no GPU
-    is no running job to the policy, so its nodes' GPUs count as gone until it ends."""
+def _occupy_nodes(job: SlurmJob, gpus: tuple[int, ...], topo: Topology, free: np.ndarray) -> list[str]:
+    """Mark every GPU of an exclusive job's nodes in use; returns the nodes where that took
+    GPUs not its own (``gpus``). ``--exclusive`` is allocated them all, but
+    ``--exclusive=user`` (or a partition's ``ExclusiveUser=YES``) only those it asked for,
+    a job holding a node's whole memory (`JobDefaults`) only its own, and a CPU job none:
+    their other GPUs look free and take no job. As a `RunningJob` the job gives them back
+    when it ends (`Fit.release`); a job holding no GPU there is no running job on that node
+    to the policy, so its GPUs count as gone until the job ends."""
     first = topo.node_first_gpu
+    own = np.zeros(len(free), bool)
+    own[list(gpus)] = True
+    kept = []
     for node in job.nodes:
         ni = topo.node_index.get(node)
         if ni is not None:
-            free[int(first[ni]) : int(first[ni + 1])] = False
+            span = slice(int(first[ni]), int(first[ni + 1]))
+            if (free[span] & ~own[span]).any():
+                kept.append(node)
+            free[span] = False
+    return kept
 
 
 def _job_gpus(job: SlurmJob, topo: Topology, free: np.ndarray, warnings: list[str]) -> tuple[int, ...]:

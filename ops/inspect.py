@@ -56,9 +56,10 @@ from attentived.daemon import config as cfgmod
 from attentived.daemon.backend import Backend
 from attentived.daemon.checks import check_slurm_config, keeps_accounting
 from attentived.daemon.connect import make_backend
+from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.journal import Journal
 from attentived.daemon.records import SlurmError, SlurmJob, Snapshot, job_number
-from attentived.daemon.snapshot import Built, build_state, memory_is_consumable
+from attentived.daemon.snapshot import Built, build_state
 from attentived.daemon.topology_source import TopologySourceError, load_topology
 from attentived.topology import Topology, TopologyParseError
 
@@ -330,7 +331,7 @@ def connect(cfg: cfgmod.Config, *, backend: Backend | None = None, topology: Top
         finally:
             journal.close()
     built = build_state(snap, topology, partitions, reservation_prefix=cfg.reservation_prefix, owned_pins=owned_pins or {},
-                        owned_reservations=owned_reservations, memory_consumable=memory_is_consumable(conf))
+                        owned_reservations=owned_reservations, defaults=JobDefaults.of(conf))
     return Live(cfg, backend, conf, partitions, topology, source, snap, built)
 
 

@@ -15,12 +15,13 @@ from attentived.agents.registry import make_policy
 from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob
 from attentived.daemon.chain import chain_holds
 from attentived.daemon.idle import IdleWatch
+from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.journal import Journal
 from attentived.daemon.placements import PlacementTracker
 from attentived.daemon.prom import Metrics
 from attentived.daemon.records import SlurmJob, SlurmNode, SlurmVersion, Snapshot
 from attentived.daemon.slurm_json import parse_nodes, parse_sinfo, parse_squeue
-from attentived.daemon.snapshot import build_state, memory_is_consumable
+from attentived.daemon.snapshot import build_state
 from attentived.daemon.stability import stabilize
 from attentived.topology import uniform
 
@@ -50,7 +51,9 @@ def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(versi
     per_gpu = {j: (jobs[j].mem_per_node, jobs[j].mem_per_cpu, jobs[j].mem_per_gpu) for j in ("3", "4", "5", "6")}
     assert per_gpu == {"3": (0, 0, 3000), "4": (0, 0, 3072), "5": (0, 0, 4096), "6": (0, 0, 4096)}
     assert jobs["7"].mem_per_gpu == jobs["8"].mem_per_gpu == 0
-    assert (jobs["7"].mem_per_node or jobs["7"].mem_per_cpu) and (jobs["8"].mem_per_node or jobs["8"].mem_per_cpu)
+    # 24.11 shows the per-GPU default as their memory per node; what they asked is in tres_req_str
+    assert (jobs["7"].mem_per_node, jobs["7"].mem_per_cpu) == (5000, 0)
+    assert jobs["8"].mem_per_node * 1 + jobs["8"].mem_per_cpu * jobs["8"].cpus == 2000
     # what the plan then sees: a pending job's memory per GPU, a running one's in all
     nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
                             real_memory=64000) for i in range(1, 5))
@@ -79,6 +82,8 @@ def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
     snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(jobs.values()), nodes)
     built = build_state(snap, TOPO, ["main"])
     assert not built.state.free.any()
+    assert built.node_reasons == {"node1": f"kept whole by job {ids['exclusive_user_running']}",
+                                  "node2": f"kept whole by job {ids['exclusive_user_partition_running']}"}
     assert [p.job_id for p in built.state.pending] == [ids["plain_behind_it"]]
     plan = make_policy("fifo+consolidate+backfill").decide(built.state)
     assert not plan.starts
@@ -88,7 +93,7 @@ def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
 
 @pytest.mark.parametrize(("version", "nodes_file"), [("slurm-22.05", "sinfo-mem-whole.json"),
                                                      ("slurm-24.11", "scontrol-show-nodes-mem-whole.json")])
-def test_a_job_asking_no_memory_takes_a_whole_nodes_where_slurm_allocates_memory(version, nodes_file):
+def test_a_job_asking_no_memory_takes_whole_nodes_where_slurm_allocates_memory(version, nodes_file):
     """Under ``CR_Core_Memory`` with no ``DefMemPer*`` (fixtures/README.md), ``--mem=0`` and no
     ``--mem`` both take all of a node's memory and start only where none is allocated.
     node3 runs a job of 1000 MB with 6 GPUs free: carol's two jobs asking none wait (Slurm
@@ -100,18 +105,45 @@ def test_a_job_asking_no_memory_takes_a_whole_nodes_where_slurm_allocates_memory
     nodes = parse_sinfo(raw) if nodes_file.startswith("sinfo") else parse_nodes(raw)
     snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(replace(j, required_nodes=()) if j.job_id == ids["behind_whole_memory"]
                                                       else j for j in jobs), nodes)
-    assert memory_is_consumable({"SelectTypeParameters": "CR_CORE_MEMORY"})
-    assert not memory_is_consumable({"SelectTypeParameters": "CR_CORE"}) and not memory_is_consumable({})
-    built = build_state(snap, TOPO, ["main"], memory_consumable=True)
+    defaults = JobDefaults.of({"SelectTypeParameters": "CR_CORE_MEMORY", "JobDefaults": "(null)"})
+    assert defaults == JobDefaults(memory_consumable=True)
+    built = build_state(snap, TOPO, ["main"], defaults=defaults)
     pending = {p.job_id: p for p in built.state.pending}
-    assert pending[ids["mem0_pending"]].mem_per_node == pending[ids["default_pending"]].mem_per_node == 64000
-    running = {r.job_id: r.mem for r in built.state.running}
-    assert running[ids["default_running"]] == running[ids["mem0_running"]] == 64000  # given back when they end
+    assert pending[ids["mem0_pending"]].exclusive and pending[ids["default_pending"]].exclusive
+    assert not pending[ids["behind_whole_memory"]].exclusive
+    running = {r.job_id: r for r in built.state.running}
+    assert running[ids["default_running"]].exclusive and running[ids["mem0_running"]].exclusive  # nodes back whole
+    assert TOPO.per_node(built.state.free).tolist() == [0, 0, 6, 0]
     starts = {s.job_id: s for s in make_policy("fifo+consolidate+backfill").decide(built.state).starts}
     assert set(starts) == {ids["behind_whole_memory"]} and set(TOPO.gpu_node[list(starts[ids["behind_whole_memory"]].gpus)]) == {2}
     # without CR_*_Memory, memory is not allocated: the lab's own setting (CR_Core)
-    unsized = build_state(snap, TOPO, ["main"])
-    assert {p.job_id: p.mem_per_node for p in unsized.state.pending}[ids["mem0_pending"]] == 0
+    unsized = build_state(snap, TOPO, ["main"], defaults=JobDefaults.of({"SelectTypeParameters": "CR_CORE"}))
+    assert not {p.job_id: p for p in unsized.state.pending}[ids["mem0_pending"]].exclusive
+
+
+def test_memory_slurm_gives_a_job_that_asked_none():
+    """An idle node of any size takes a job asking no memory under CR_*_Memory (a node
+    with more memory elsewhere does not matter); the cluster's DefMemPerGPU is what a job
+    slurmctld has not looked at yet gets, and ``--mem=0`` (the user set it) is whole nodes."""
+    big = {"node4": 512000}
+    nodes = tuple(SlurmNode(f"node{i}", "IDLE" if i == 1 else "MIXED", gpus=8, gpu_type="h100", partitions=("main",),
+                            cpus=8, real_memory=big.get(f"node{i}", 64000), alloc_memory=0 if i == 1 else 1000)
+                  for i in range(1, 5))
+    running = tuple(SlurmJob(f"r{i}", user="bob", state="RUNNING", gpus=8 if i < 4 else 4, nodes=(f"node{i}",),
+                             gpu_indices={f"node{i}": tuple(range(8 if i < 4 else 4))}, mem_per_node=1000, cpus=1,
+                             start_time=NOW, time_limit=3600) for i in (2, 3, 4))
+    plain = SlurmJob("10", user="alice", partition="main", gpus=2, cpus=1, submit_time=NOW, priority=1, reason="Priority")
+    snap = Snapshot(SlurmVersion(22, 5, 8), NOW, (plain, *running), nodes)
+    consumable = JobDefaults.of({"SelectTypeParameters": "CR_Core_Memory"})
+    starts = make_policy("fifo+consolidate").decide(build_state(snap, TOPO, ["main"], defaults=consumable).state).starts
+    assert [(s.job_id, sorted(set(TOPO.gpu_node[list(s.gpus)].tolist()))) for s in starts] == [("10", [0])]
+    per_gpu = JobDefaults.of({"SelectTypeParameters": "CR_Core_Memory", "JobDefaults": "DefCpuPerGPU=2,DefMemPerGPU=4096"})
+    assert per_gpu == JobDefaults(memory_consumable=True, mem_per_gpu=4096)
+    (job,) = build_state(snap, TOPO, ["main"], defaults=per_gpu).state.pending
+    assert (job.mem_per_gpu, job.exclusive) == (4096, False)
+    zero = Snapshot(SlurmVersion(22, 5, 8), NOW, (replace(plain, mem_set=True), *running), nodes)
+    (job,) = build_state(zero, TOPO, ["main"], defaults=per_gpu).state.pending
+    assert (job.mem_per_gpu, job.exclusive) == (0, True)
 
 
 def test_gpus_per_job_over_several_nodes_go_on_that_many_nodes():
