@@ -192,7 +192,8 @@ class SlurmJob:
 @dataclass(frozen=True)
 class SlurmNode:
     """One node: base state plus flags, GPUs configured and in use (with their indices),
-    CPUs and memory (MB) configured and allocated (0 configured: unknown)."""
+    CPUs and memory (MB) configured and allocated (0 configured: unknown); ``real_memory``
+    is what jobs may use (less ``MemSpecLimit`` where Slurm shows it)."""
 
     name: str
     state: str = "IDLE"

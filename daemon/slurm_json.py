@@ -402,17 +402,17 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
     mem_per_node = number(rec.get("memory_per_node"), "memory_per_node", src) or 0
     mem_per_cpu = number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0
     mem_per_gpu = tres_gpus(text(rec.get("memory_per_tres"), "memory_per_tres", src))
-    flags = rec.get("flags")
+    flags = words(rec["flags"], "flags", src) if isinstance(rec.get("flags"), list) else None
     # the user set a memory per node or per CPU, --mem=0 included (flag JOB_MEM_SET;
     # EXACT_MEMORY_REQUESTED in 24.11's JSON; a default memory per CPU shows without it)
-    mem_set = bool(_MEM_SET.intersection(flags)) if isinstance(flags, list) else bool(mem_per_node or mem_per_cpu)
+    mem_set = bool(_MEM_SET.intersection(flags)) if flags is not None else bool(mem_per_node or mem_per_cpu)
     if mem_per_gpu:
         # --mem-per-gpu, or DefMemPerGPU once slurmctld has looked at the job ("gpu:N").
         # cons_tres allocates it, and clears the memory per node or CPU, unless the user
         # set one.
         if mem_set:
             mem_per_gpu = 0
-            if isinstance(flags, list) and "EXACT_MEMORY_REQUESTED" in flags:
+            if flags is not None and "EXACT_MEMORY_REQUESTED" in flags:
                 # 24.11 then shows the per-GPU default as the memory per node, whatever the
                 # user asked: the request is left only in the TRES asked for, in all
                 total = _tres_mem(text(rec.get("tres_req_str"), "tres_req_str", src))
@@ -546,7 +546,10 @@ def parse_nodes(raw: str | bytes | dict[str, Any], source: str = "scontrol show 
             partitions=words(rec.get("partitions"), "partitions", src), reason=text(rec.get("reason"), "reason", src),
             alloc_cpus=number(rec.get("alloc_cpus"), "alloc_cpus", src) or 0,
             cpus=number(rec.get("cpus"), "cpus", src) or 0,
-            real_memory=number(rec.get("real_memory"), "real_memory", src) or 0,
+            # what jobs may use: less MemSpecLimit, which slurmctld keeps from them (shown from
+            # 23.02 on; 22.05's sinfo does not show it)
+            real_memory=max(0, (number(rec.get("real_memory"), "real_memory", src) or 0)
+                            - (number(rec.get("specialized_memory"), "specialized_memory", src) or 0)),
             alloc_memory=number(rec.get("alloc_memory"), "alloc_memory", src) or 0,
         )
     return tuple(out.values())

@@ -146,6 +146,14 @@ def test_memory_slurm_gives_a_job_that_asked_none():
     assert (job.mem_per_gpu, job.exclusive) == (0, True)
 
 
+def test_memory_slurm_keeps_from_jobs_is_not_free():
+    """``MemSpecLimit`` (24.11's ``specialized_memory``): slurmctld keeps it from jobs."""
+    rec = json.loads((FIX.parent / "slurm-24.11" / "scontrol-show-nodes.json").read_text())
+    rec["nodes"] = [{**rec["nodes"][0], "specialized_memory": 4000, "alloc_memory": 60000}]
+    (node,) = parse_nodes(rec)
+    assert (node.real_memory, node.alloc_memory) == (60000, 60000)
+
+
 def test_gpus_per_job_over_several_nodes_go_on_that_many_nodes():
     """``-N2 --gpus=4`` (job 10 of squeue-requests.json): Slurm puts at least one GPU on each
     of 2 nodes. With 4 GPUs free on node1 alone, a pin to node1 would wait for nothing, so
