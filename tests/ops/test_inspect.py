@@ -460,3 +460,18 @@ def test_explain_says_which_reservation_ahead_keeps_a_job_off_its_nodes(tmp_path
     assert doc["decision"]["action"] == "start" and "node2" not in doc["placement"]["nodes"]
     assert "its time limit reaches reservation maint (on node2, from " in doc["summary"], doc["summary"]
     assert "keeps it off those nodes" in doc["summary"]
+
+
+def test_explain_says_when_slurm_will_allocate_more_memory_than_asked(tmp_path):
+    """Where Slurm allocates memory, a job asking none gets whole nodes; with the cluster's
+    DefMemPerGPU it gets that per GPU. `explain` shows the job as planned, and says why."""
+    c = cfg(tmp_path)
+    for job_defaults, want in (("(null)", (True, None, "CR_*_Memory")), ("DefMemPerGPU=4096", (False, 4096, "DefMemPerGPU"))):
+        plain = cluster([pending("1", "alice", 1)])
+        fake = FakeBackend.from_snapshot(plain.snapshot(), config={
+            **plain.config(), "SelectTypeParameters": "CR_CORE_MEMORY", "JobDefaults": job_defaults})
+        doc = explain(c, "1", live(c, fake))
+        assert (doc["job"]["exclusive"], doc["job"]["mem_per_gpu"]) == want[:2]
+        assert want[2] in doc["job"]["memory_from"]
+    doc = explain(c, "1", live(c, cluster([pending("1", "alice", 1)])))
+    assert "memory_from" not in doc["job"] and doc["job"]["exclusive"] is False
