@@ -281,9 +281,9 @@ def tres_gpu_type(spec: str) -> str:
 #: ``ExclusiveUser=YES`` (``user``), ``--exclusive=mcs``, ``--exclusive=topo`` (25.05).
 #: Slurm reports the partition's setting on pending jobs too, from the partition it last
 #: tried the job in (`_pack_default_job_details` in 22.05, `get_job_share_value` in 24.11).
-#: A ``user`` job is allocated only the GPUs it asked for, yet slurmctld starts nothing else
-#: on its nodes, not even its own user's jobs (measured on 22.05 and 24.11,
-#: tests/daemon/fixtures/README.md): whole nodes, as for ``--exclusive``.
+#: A ``user`` job is allocated only the GPUs it asked for, yet slurmctld starts no other
+#: user's job on its nodes (tests/daemon/fixtures/README.md): planned, as a pending job, onto
+#: whole idle nodes like ``--exclusive``; running, it keeps its nodes (daemon/snapshot.py).
 _APART = frozenset({"none", "user", "mcs", "topo"})
 
 

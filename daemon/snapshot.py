@@ -191,20 +191,27 @@ def build_state(
 
     # running jobs and their GPUs
     out_of_service = {topo.node_index[n] for n, snode in slurm_nodes.items() if not snode.usable and n in topo.node_index}
-    running: list[RunningJob] = []
-    running_gpus: dict[str, tuple[int, ...]] = {}
+    active: list[tuple[SlurmJob, tuple[int, ...]]] = []
     for job in snap.jobs:
         if not job.active:
             continue
         job = defaults.applied(job)
         gpus = _job_gpus(job, topo, free, warnings) if job.gpus > 0 else ()
-        if job.exclusive:  # Slurm starts nothing else on its nodes, whatever it was allocated
-            for name in _occupy_nodes(job, gpus, topo, free):
-                node_reasons.setdefault(name, f"kept whole by job {job.job_id}")
+        free[list(gpus)] = False
+        active.append((job, gpus))
+    kept, alone = _kept_whole(active, topo, free)
+    running: list[RunningJob] = []
+    running_gpus: dict[str, tuple[int, ...]] = {}
+    for job, allocated in active:
+        if allocated:
+            running_gpus[job.job_id] = allocated
+        gpus = allocated
+        if job.job_id in kept:
+            gpus = tuple(sorted((*allocated, *kept[job.job_id])))
+            for ni in np.unique(topo.gpu_node[list(kept[job.job_id])]).tolist():
+                node_reasons.setdefault(topo.nodes[ni].name, f"kept whole by job {job.job_id}")
         if not gpus:
             continue
-        free[list(gpus)] = False
-        running_gpus[job.job_id] = gpus
         back = gpus if not out_of_service else tuple(g for g in gpus if int(topo.gpu_node[g]) not in out_of_service)
         if not back:
             continue
@@ -214,7 +221,8 @@ def build_state(
             cpus, mem = -(-cpus * len(back) // len(gpus)), -(-mem * len(back) // len(gpus))
         running.append(RunningJob(
             job_id=job.job_id, user=job.user, gpus=back, submit_time=job.submit_time or now,
-            start_time=job.start_time or now, time_limit=job.time_limit, cpus=cpus, mem=mem, exclusive=job.exclusive,
+            start_time=job.start_time or now, time_limit=job.time_limit, cpus=cpus, mem=mem,
+            exclusive=job.job_id in alone,
         ))
 
     # finished jobs -> users' history
@@ -381,26 +389,48 @@ def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, own: Mapping[
     return bool(job.reservation) and job.reservation not in own
 
 
-def _occupy_nodes(job: SlurmJob, gpus: tuple[int, ...], topo: Topology, free: np.ndarray) -> list[str]:
-    """Mark every GPU of an exclusive job's nodes in use; returns the nodes where that took
-    GPUs not its own (``gpus``). ``--exclusive`` is allocated them all, but
-    ``--exclusive=user`` (or a partition's ``ExclusiveUser=YES``) only those it asked for,
-    a job holding a node's whole memory (`JobDefaults`) only its own, and a CPU job none:
-    their other GPUs look free and take no job. As a `RunningJob` the job gives them back
-    when it ends (`Fit.release`); a job holding no GPU there is no running job on that node
-    to the policy, so its GPUs count as gone until the job ends."""
+def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...]]], topo: Topology,
+                free: np.ndarray) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The GPUs exclusive jobs keep from other jobs beyond their own (marked not free), and
+    the exclusive jobs alone on their nodes.
+
+    slurmctld starts no other job on an exclusive job's nodes, but for ``--exclusive=user``
+    (a partition's ``ExclusiveUser=YES``) or ``=mcs`` its own user's (group's) jobs; yet it
+    allocates such a job, or one holding a node's whole memory (`JobDefaults`), only the
+    GPUs it asked for, and a CPU job none. The other GPUs of its nodes look free and take no
+    job until it ends: each node's go to the exclusive job there that ends last, and count
+    as its own. An exclusive job alone on its nodes gives them back whole when it ends
+    (`Fit.release`, CPUs and memory too); one sharing a node with its user's jobs gives
+    back what it holds, and they give back theirs."""
+    on_node: dict[int, list[SlurmJob]] = {}
+    for job, _gpus in active:
+        for name in job.nodes:
+            ni = topo.node_index.get(name)
+            if ni is not None:
+                on_node.setdefault(ni, []).append(job)
     first = topo.node_first_gpu
-    own = np.zeros(len(free), bool)
-    own[list(gpus)] = True
-    kept = []
-    for node in job.nodes:
-        ni = topo.node_index.get(node)
-        if ni is not None:
-            span = slice(int(first[ni]), int(first[ni + 1]))
-            if (free[span] & ~own[span]).any():
-                kept.append(node)
-            free[span] = False
-    return kept
+    kept: dict[str, list[int]] = {}
+    shared: set[str] = set()
+    for ni, jobs in on_node.items():
+        apart = [j for j in jobs if j.exclusive]
+        if not apart:
+            continue
+        if len(jobs) > 1:
+            shared.update(j.job_id for j in apart)
+        last = max(apart, key=_ends)
+        span = np.arange(int(first[ni]), int(first[ni + 1]))
+        hidden = span[free[span]]
+        if len(hidden):
+            kept.setdefault(last.job_id, []).extend(hidden.tolist())
+            free[hidden] = False
+    alone = {j.job_id for j, _gpus in active if j.exclusive} - shared
+    return {job_id: tuple(gpus) for job_id, gpus in kept.items()}, alone
+
+
+def _ends(job: SlurmJob) -> tuple[float, int]:
+    """When a running job ends by its limit (unlimited: never), ties by job id."""
+    end = (job.start_time or 0.0) + job.time_limit if job.time_limit is not None else float("inf")
+    return end, job_number(job.job_id)
 
 
 def _job_gpus(job: SlurmJob, topo: Topology, free: np.ndarray, warnings: list[str]) -> tuple[int, ...]:

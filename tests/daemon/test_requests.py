@@ -67,9 +67,9 @@ def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(versi
                                                      ("slurm-24.11", "scontrol-show-nodes-exclusive.json")])
 def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
     """``--exclusive=user``, partitions with ``ExclusiveUser=YES`` or ``OverSubscribe=EXCLUSIVE``
-    (fixtures/README.md): Slurm starts nothing else on their nodes, though a ``user`` job is
-    allocated only its 2 GPUs. Bob's job asks for node1, where alice's such job runs with 6
-    GPUs unallocated: Slurm leaves it pending (Resources), and so must the plan."""
+    (fixtures/README.md): Slurm starts no other user's job on their nodes, though a ``user``
+    job is allocated only its 2 GPUs. Bob's job asks for node1, where alice's such job runs
+    with 6 GPUs unallocated: Slurm leaves it pending (Resources), and so must the plan."""
     d = FIX.parent / version
     ids = json.loads((d / "scenario-exclusive.json").read_text())
     jobs = {j.job_id: j for j in parse_squeue((d / "squeue-exclusive.json").read_text()).jobs}
@@ -88,7 +88,35 @@ def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
     plan = make_policy("fifo+consolidate+backfill").decide(built.state)
     assert not plan.starts
     user_run = next(r for r in built.state.running if r.job_id == ids["exclusive_user_running"])
-    assert user_run.gpus == (0, 1) and user_run.exclusive  # its service is 2 GPUs; it gives node1 back whole
+    assert user_run.gpus == tuple(range(8)) and user_run.exclusive  # what it keeps from others; node1 back whole
+    assert built.running_gpus[ids["exclusive_user_running"]] == (0, 1)  # what Slurm allocated it
+
+
+def test_a_node_kept_by_a_user_comes_back_when_its_last_exclusive_job_ends():
+    """alice's ``--exclusive=user`` job (2 GPUs, 10 h) shares node1 with her own 1-GPU job (1 h),
+    which Slurm allows; carol's CPU-only ``--exclusive`` job holds node2 for 30 min; nodes
+    3-4 are full for 2 h. The 5 free-looking GPUs of node1 come back in 10 h, with alice's
+    long job, and node2's 8 in 30 min: an 8-GPU job is held for node2."""
+    nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
+                            real_memory=64000) for i in range(1, 5))
+
+    def run(job_id, user, node, idx, hours, **kw):
+        return SlurmJob(job_id, user=user, state="RUNNING", gpus=len(idx), nodes=(node,), gpu_indices={node: tuple(idx)},
+                        cpus=1, start_time=NOW, time_limit=hours * 3600, **kw)
+
+    jobs = (run("1", "alice", "node1", (0, 1), 10, exclusive=True), run("2", "alice", "node1", (2,), 1),
+            run("3", "carol", "node2", (), 0.5, exclusive=True), run("4", "bob", "node3", range(8), 2),
+            run("5", "bob", "node4", range(8), 2),
+            SlurmJob("9", user="dave", partition="main", gpus=8, gpus_per_node=8, per_node_fixed=True, cpus=1,
+                     submit_time=NOW, priority=1, reason="Priority"))
+    built = build_state(Snapshot(SlurmVersion(22, 5, 8), NOW, jobs, nodes), TOPO, ["main"])
+    running = {r.job_id: r for r in built.state.running}
+    assert not built.state.free.any()
+    assert running["1"].gpus == (0, 1, 3, 4, 5, 6, 7) and not running["1"].exclusive  # shares node1
+    assert running["2"].gpus == (2,) and running["3"].gpus == tuple(range(8, 16)) and running["3"].exclusive
+    assert built.node_reasons == {"node1": "kept whole by job 1", "node2": "kept whole by job 3"}
+    plan = make_policy("fifo+consolidate").decide(built.state)
+    assert [(h.job_id, sorted(set(TOPO.gpu_node[list(h.gpus)].tolist()))) for h in plan.holds] == [("9", [1])]
 
 
 @pytest.mark.parametrize(("version", "nodes_file"), [("slurm-22.05", "sinfo-mem-whole.json"),

@@ -392,9 +392,9 @@ def test_a_held_job_is_not_kept_for_a_draining_node(clean_lab, tmp_path):
 
 def test_a_node_slurm_keeps_to_one_job_takes_no_other(clean_lab, tmp_path):
     """alice's ``--exclusive=user`` job runs on node1 with 2 of its 8 GPUs, ending first;
-    nodes 2-4 are full. Slurm starts nothing else on node1 while it runs, though 6 GPUs
-    show unallocated: bob's 4-GPU job pinned there would wait with node1's GPUs idle. It
-    must be held for node1 and start there when alice's job ends."""
+    nodes 2-4 are full. Slurm starts no other user's job on node1 while it runs, though 6
+    GPUs show unallocated: bob's 4-GPU job pinned there would wait with node1's GPUs idle.
+    It must be held for node1 and start there when alice's job ends."""
     lab = clean_lab
     full = [submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", name=f"full{i}") for i in (2, 3, 4)]
     apart = submit(lab, "alice", "--exclusive=user", "--gres=gpu:2", "-w", "node1", "--time", "5", name="apart")
@@ -412,6 +412,30 @@ def test_a_node_slurm_keeps_to_one_job_takes_no_other(clean_lab, tmp_path):
     lab.run(["scancel", apart])
     lab.wait_for_state(int(four), "RUNNING", timeout=20)
     assert jobs_now(lab)[four]["NodeList"] == "node1"
+
+
+def test_gpus_per_job_over_two_nodes_are_not_pinned_to_one(clean_lab, tmp_path):
+    """node1 has 4 free GPUs, nodes 2-4 none. A ``-N 2 --gpus=4`` job needs a GPU on each
+    of two nodes: pinned to node1 it would wait with node1's GPUs idle. It must be held,
+    and start over two nodes once node2's job ends."""
+    lab = clean_lab
+    half = submit(lab, None, "-w", "node1", "--gres=gpu:4", name="half")
+    full = [submit(lab, None, "-w", f"node{i}", "--gres=gpu:8", "--time", t, name=f"full{i}")
+            for i, t in ((2, "5"), (3, "30"), (4, "30"))]
+    for job in (half, *full):
+        lab.wait_for_state(int(job), "RUNNING", timeout=20)
+    two = submit(lab, "bob", "-N", "2", "--gpus=4", name="two")
+    eng = runner_for(lab, tmp_path)
+    for _ in range(2):
+        res = eng.run_cycle()
+        assert res.ok and res.failed == 0, (res.error, [(o.action.describe(), o.error) for o in res.outcomes if not o.ok])
+        assert not res.plan_doc["starts"], res.plan_doc["starts"]
+        assert [(h["job"], h["nodes"]) for h in res.plan_doc["holds"]] == [(two, ["node1", "node2"])], res.plan_doc["holds"]
+        assert pins(lab).get(two) is None
+        time.sleep(1.0)
+    lab.run(["scancel", full[0]])
+    lab.wait_for_state(int(two), "RUNNING", timeout=20)
+    assert jobs_now(lab)[two]["NodeList"] == "node[1-2]"
 
 
 def test_a_partition_dropped_on_reload_gets_slurms_priorities_back(clean_lab, tmp_path):
