@@ -174,6 +174,20 @@ def test_memory_slurm_gives_a_job_that_asked_none():
     assert (job.mem_per_gpu, job.exclusive) == (0, True)
 
 
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+def test_memory_under_a_per_gpu_default_is_what_slurm_allocates(version):
+    """``squeue-mem-defaults.json`` (fixtures/README.md): CR_Core_Memory with DefMemPerGPU=4096.
+    ``--mem=0`` is whole nodes (on 24.11 it reads as the memory slurmctld counts for it, a
+    node's: nothing tells it from ``--mem=64000``), ``--mem=5000`` is 5000 per node, a job
+    that set nothing gets 4096 per GPU, ``--mem-per-cpu=700 -c 2`` is 1400 per node."""
+    jobs = {j.job_id: j for j in parse_squeue((FIX.parent / version / "squeue-mem-defaults.json").read_text()).jobs}
+    defaults = JobDefaults.of({"SelectTypeParameters": "CR_CORE_MEMORY", "JobDefaults": "DefMemPerGPU=4096"})
+    seen = {j: defaults.applied(jobs[j]) for j in ("2", "6", "7", "8", "9")}
+    got = {j: (x.mem_per_node + x.mem_per_cpu * x.cpus, x.mem_per_gpu, x.exclusive) for j, x in seen.items()}
+    mem0 = (0, 0, True) if version == "slurm-22.05" else (64000, 0, False)
+    assert got == {"2": (1000, 0, False), "6": mem0, "7": (5000, 0, False), "8": (0, 4096, False), "9": (1400, 0, False)}
+
+
 def test_memory_slurm_keeps_from_jobs_is_not_free():
     """``MemSpecLimit`` (24.11's ``specialized_memory``): slurmctld keeps it from jobs."""
     rec = json.loads((FIX.parent / "slurm-24.11" / "scontrol-show-nodes.json").read_text())
