@@ -151,6 +151,7 @@ class CycleRunner:
         self.partitions: tuple[str, ...] = config.partitions
         self.slurm_findings: list[Any] = []
         self.job_defaults = JobDefaults()  # what slurmctld allocates beyond what squeue shows
+        self._config_read = False
         self.setup_done = False
         self.seq = 0
         self.failures = 0
@@ -218,13 +219,10 @@ class CycleRunner:
     def setup(self) -> None:
         """What needs Slurm once: settings check, default partition, topology."""
         if self.setup_done:
+            if not self._config_read:  # what slurmctld allocates stays unknown until it reads
+                self._read_config(quiet=True)
             return
-        conf: dict[str, str] = {}
-        try:
-            conf = self.backend.config()
-        except SlurmError as e:
-            self.log.warning("slurm.config_unreadable", error=str(e))
-        self.job_defaults = JobDefaults.of(conf)
+        conf = self._read_config()
         if conf:
             self.accounting.configure(conf.get("AccountingStorageType", ""), self.config.accounting_check_interval)
             self.slurm_findings = check_slurm_config(conf, priority_floor=self.config.priority_floor,
@@ -249,6 +247,20 @@ class CycleRunner:
         if self.topology is not None:
             self.policy_slot.warm_up(self.topology)
         self.setup_done = True
+
+    def _read_config(self, quiet: bool = False) -> dict[str, str]:
+        """``scontrol show config``, and from it `JobDefaults` (kept as they were when it
+        cannot be read; `setup` tries again every cycle until it can)."""
+        try:
+            conf = self.backend.config()
+        except SlurmError as e:
+            if not quiet:
+                self.log.warning("slurm.config_unreadable", error=str(e))
+            conf = {}
+        self._config_read = bool(conf)
+        if conf:
+            self.job_defaults = JobDefaults.of(conf)
+        return conf
 
     def permission_problem(self) -> str:
         """Start-up probe for live mode: "" or why Slurm will refuse the daemon's writes

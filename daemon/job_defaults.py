@@ -40,12 +40,20 @@ class JobDefaults:
                 per_gpu = int(value)
         return cls("MEMORY" in slurm_config.get("SelectTypeParameters", "").upper(), per_gpu)
 
+    def allocation(self, job: SlurmJob) -> tuple[int, bool]:
+        """The memory per GPU slurmctld gives ``job`` and whether it keeps its nodes whole
+        (``--exclusive``, or no memory asked where memory is allocated: a CPU job too):
+        ``job``'s own when it set memory. Plain values, so that a queue of thousands pays
+        no new record per job."""
+        if job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu:
+            return job.mem_per_gpu, job.exclusive
+        if self.mem_per_gpu and not job.mem_set and job.gpus > 0:
+            return self.mem_per_gpu, job.exclusive
+        return 0, job.exclusive or self.memory_consumable
+
     def applied(self, job: SlurmJob) -> SlurmJob:
-        """``job`` with the memory slurmctld will allocate it."""
-        if job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu or job.gpus <= 0:
+        """``job`` with the memory slurmctld will allocate it (`allocation`)."""
+        mem_per_gpu, exclusive = self.allocation(job)
+        if (mem_per_gpu, exclusive) == (job.mem_per_gpu, job.exclusive):
             return job
-        if self.mem_per_gpu and not job.mem_set:
-            return replace(job, mem_per_gpu=self.mem_per_gpu)
-        if self.memory_consumable and not job.exclusive:
-            return replace(job, exclusive=True)
-        return job
+        return replace(job, mem_per_gpu=mem_per_gpu, exclusive=exclusive)

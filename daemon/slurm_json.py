@@ -295,7 +295,7 @@ def _exclusive(rec: dict[str, Any], src: str) -> bool:
     return any(w.lower() in _APART for w in shared) or any(w.lower() in ("true", "1", "exclusive") for w in exclusive)
 
 
-_TRES_MEM = re.compile(r"(?:^|,)mem=(?P<n>[0-9.]+)(?P<unit>[KMGTP]?)(?:,|$)")
+_TRES_MEM = re.compile(r"(?:^|,)mem=(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[KMGTP]?)(?:,|$)")
 _MB_PER = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
 

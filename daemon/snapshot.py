@@ -34,6 +34,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -191,38 +192,41 @@ def build_state(
 
     # running jobs and their GPUs
     out_of_service = {topo.node_index[n] for n, snode in slurm_nodes.items() if not snode.usable and n in topo.node_index}
-    active: list[tuple[SlurmJob, tuple[int, ...]]] = []
+    active: list[tuple[SlurmJob, tuple[int, ...], bool]] = []
     for job in snap.jobs:
         if not job.active:
             continue
-        job = defaults.applied(job)
         gpus = _job_gpus(job, topo, free, warnings) if job.gpus > 0 else ()
         free[list(gpus)] = False
-        active.append((job, gpus))
-    kept, alone = _kept_whole(active, topo, free)
+        active.append((job, gpus, defaults.allocation(job)[1]))
+    kept = _kept_whole(active, topo, free)
     running: list[RunningJob] = []
     running_gpus: dict[str, tuple[int, ...]] = {}
-    for job, allocated in active:
+    for job, allocated, _apart in active:
         if allocated:
             running_gpus[job.job_id] = allocated
-        gpus = allocated
-        if job.job_id in kept:
-            gpus = tuple(sorted((*allocated, *kept[job.job_id])))
-            for ni in np.unique(topo.gpu_node[list(kept[job.job_id])]).tolist():
+        gpus, cpus = allocated, job.cpus
+        mem = job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
+        if job.job_id in kept.lose:
+            gpus = tuple(g for g in gpus if g not in kept.lose[job.job_id])
+            if not gpus:
+                continue  # its CPUs and memory come back with the owner's (`KeptWhole.cpus`)
+        if job.job_id in kept.gain:
+            gpus = tuple(sorted((*gpus, *kept.gain[job.job_id])))
+            cpus, mem = cpus + kept.cpus.get(job.job_id, 0), mem + kept.mem.get(job.job_id, 0)
+            for ni in np.unique(topo.gpu_node[list(kept.gain[job.job_id])]).tolist():
                 node_reasons.setdefault(topo.nodes[ni].name, f"kept whole by job {job.job_id}")
         if not gpus:
             continue
         back = gpus if not out_of_service else tuple(g for g in gpus if int(topo.gpu_node[g]) not in out_of_service)
         if not back:
             continue
-        cpus = job.cpus
-        mem = job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
         if len(back) < len(gpus):  # what it holds on the nodes that come back, as `Fit.release` spreads it
             cpus, mem = -(-cpus * len(back) // len(gpus)), -(-mem * len(back) // len(gpus))
         running.append(RunningJob(
             job_id=job.job_id, user=job.user, gpus=back, submit_time=job.submit_time or now,
             start_time=job.start_time or now, time_limit=job.time_limit, cpus=cpus, mem=mem,
-            exclusive=job.job_id in alone,
+            exclusive=job.job_id in kept.alone,
         ))
 
     # finished jobs -> users' history
@@ -268,7 +272,8 @@ def build_state(
             nodes, names = others.kept_off(job.time_limit)
             if names:
                 keep_off, reserved_for_others[job_id] = (*keep_off, *nodes), names
-        pending.append(_pending_job(defaults.applied(job), submits[job_id], owned_pins.get(job_id), job_id in own_exclusions, keep_off))
+        pending.append(_pending_job(job, defaults.allocation(job), submits[job_id], owned_pins.get(job_id),
+                                    job_id in own_exclusions, keep_off))
     counts["managed"] = len(pending)
     counts["running"] = len(running)
     state = ClusterState(now=now, topology=topo, free=free, pending=tuple(pending), running=tuple(running), users=users,
@@ -296,18 +301,21 @@ def _partition_nodes(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], field
     return out
 
 
-def _pending_job(job: SlurmJob, submit_time: float, own_pin: tuple[str, ...] | None, own_exclusion: bool,
-                 avoid: tuple[str, ...]) -> PendingJob:
-    """A managed job as the policies see it. Its node list is the user's only (the daemon's
-    own pin is not a constraint); its exclusions are the user's (not the daemon's hold
-    exclusion) plus the nodes where its planned start stalled."""
+def _pending_job(job: SlurmJob, allocation: tuple[int, bool], submit_time: float, own_pin: tuple[str, ...] | None,
+                 own_exclusion: bool, avoid: tuple[str, ...]) -> PendingJob:
+    """A managed job as the policies see it, with the memory per GPU and exclusivity
+    slurmctld will give it (`JobDefaults.allocation`). Its node list is the user's only
+    (the daemon's own pin is not a constraint); its exclusions are the user's (not the
+    daemon's hold exclusion) plus the nodes where its planned start stalled."""
+    mem_per_gpu, exclusive = allocation
     users_pin = job.required_nodes if tuple(job.required_nodes) != tuple(own_pin or ()) else ()
     features = job.features if job.features not in ("", "(null)") else ""
     return PendingJob(
         job_id=job.job_id, user=job.user, num_gpus=job.gpus, submit_time=submit_time,
         time_limit=job.time_limit, num_nodes=_node_count(job),
         model=job_model(job), partition=job.partition, cpus=job.cpus, mem_per_node=job.mem_per_node,
-        mem_per_cpu=job.mem_per_cpu, mem_per_gpu=job.mem_per_gpu, exclusive=job.exclusive, gpu_type=job.gpu_type, nodelist=tuple(users_pin),
+        mem_per_cpu=job.mem_per_cpu, mem_per_gpu=mem_per_gpu, exclusive=exclusive, gpu_type=job.gpu_type,
+        nodelist=tuple(users_pin),
         exclude=tuple(dict.fromkeys(((*job.excluded_nodes,) if not own_exclusion else ()) + tuple(avoid))),
         features=tuple(re.split(r"[&,]", features)) if _SIMPLE_FEATURES.fullmatch(features) else (),
     )
@@ -389,47 +397,75 @@ def _constrained(job: SlurmJob, owned_pin: tuple[str, ...] | None, own: Mapping[
     return bool(job.reservation) and job.reservation not in own
 
 
-def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...]]], topo: Topology,
-                free: np.ndarray) -> tuple[dict[str, tuple[int, ...]], set[str]]:
-    """The GPUs exclusive jobs keep from other jobs beyond their own (marked not free), and
-    the exclusive jobs alone on their nodes.
+@dataclass(frozen=True)
+class KeptWhole:
+    """What exclusive running jobs keep from other jobs (`_kept_whole`): per job id, the GPUs
+    it gains, with the CPUs and memory of the jobs whose GPUs it takes over whole; the GPUs
+    others lose to it; and the exclusive jobs alone on their nodes."""
 
-    slurmctld starts no other job on an exclusive job's nodes, but for ``--exclusive=user``
-    (a partition's ``ExclusiveUser=YES``) or ``=mcs`` its own user's (group's) jobs; yet it
-    allocates such a job, or one holding a node's whole memory (`JobDefaults`), only the
-    GPUs it asked for, and a CPU job none. The other GPUs of its nodes look free and take no
-    job until it ends: each node's go to the exclusive job there that ends last, and count
-    as its own. An exclusive job alone on its nodes gives them back whole when it ends
-    (`Fit.release`, CPUs and memory too); one sharing a node with its user's jobs gives
-    back what it holds, and they give back theirs."""
-    on_node: dict[int, list[SlurmJob]] = {}
-    for job, _gpus in active:
-        for name in job.nodes:
+    gain: dict[str, list[int]]
+    cpus: dict[str, int]
+    mem: dict[str, int]
+    lose: dict[str, set[int]]
+    alone: set[str]
+
+
+def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...], bool]], topo: Topology, free: np.ndarray) -> KeptWhole:
+    """Who gives back an exclusive job's nodes, and when (marks their free GPUs not free).
+
+    ``active``: each running job, its GPUs, and whether it keeps its nodes to itself
+    (`JobDefaults.allocation`). slurmctld starts no other job on such a job's nodes, but for
+    ``--exclusive=user`` (a partition's ``ExclusiveUser=YES``) or ``=mcs`` its own user's
+    (group's) jobs, and keeps the node theirs until the last such job ends (``owner_job_cnt``
+    in node_mgr.c); yet it allocates such a job, or one holding a node's whole memory, only
+    the GPUs it asked for, and a CPU job none. So on each such node the exclusive job that
+    ends last (by `RunningJob.deadline`) is its owner: it takes the GPUs no job holds, and
+    those of the jobs beside it that end before it (with their CPUs and memory when they
+    hold nothing else), and gives them all back when it ends. An exclusive job alone on its
+    nodes gives them back whole (`Fit.release`). A job charged GPUs it keeps counts them as
+    its user's service while it runs."""
+    on_node: dict[int, list[tuple[SlurmJob, tuple[int, ...], bool]]] = {}
+    for entry in active:
+        for name in entry[0].nodes:
             ni = topo.node_index.get(name)
             if ni is not None:
-                on_node.setdefault(ni, []).append(job)
+                on_node.setdefault(ni, []).append(entry)
     first = topo.node_first_gpu
-    kept: dict[str, list[int]] = {}
+    out = KeptWhole({}, {}, {}, {}, set())
     shared: set[str] = set()
-    for ni, jobs in on_node.items():
-        apart = [j for j in jobs if j.exclusive]
+    for ni, here in on_node.items():
+        apart = [job for job, _gpus, keeps in here if keeps]
         if not apart:
             continue
-        if len(jobs) > 1:
-            shared.update(j.job_id for j in apart)
-        last = max(apart, key=_ends)
-        span = np.arange(int(first[ni]), int(first[ni + 1]))
-        hidden = span[free[span]]
-        if len(hidden):
-            kept.setdefault(last.job_id, []).extend(hidden.tolist())
-            free[hidden] = False
-    alone = {j.job_id for j, _gpus in active if j.exclusive} - shared
-    return {job_id: tuple(gpus) for job_id, gpus in kept.items()}, alone
+        if len(here) > 1:
+            shared.update(job.job_id for job in apart)
+        owner = max(apart, key=_ends)
+        until = _ends(owner)
+        lo, hi = int(first[ni]), int(first[ni + 1])
+        span = np.arange(lo, hi)
+        taken = span[free[span]].tolist()
+        free[span] = False
+        for job, gpus, _keeps in here:
+            if job is owner or _ends(job) >= until:
+                continue
+            mine = {g for g in gpus if lo <= g < hi}
+            if mine:  # ends while the node stays kept: its GPUs come back with the owner's
+                out.lose.setdefault(job.job_id, set()).update(mine)
+                taken.extend(mine)
+                if len(mine) == len(gpus):
+                    out.cpus[owner.job_id] = out.cpus.get(owner.job_id, 0) + job.cpus
+                    out.mem[owner.job_id] = out.mem.get(owner.job_id, 0) + (
+                        job.mem_per_node + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus)
+        if taken:
+            out.gain.setdefault(owner.job_id, []).extend(taken)
+    out.alone.update(job.job_id for job, _gpus, keeps in active if keeps and job.job_id not in shared)
+    return out
 
 
 def _ends(job: SlurmJob) -> tuple[float, int]:
-    """When a running job ends by its limit (unlimited: never), ties by job id."""
-    end = (job.start_time or 0.0) + job.time_limit if job.time_limit is not None else float("inf")
+    """A running job's `RunningJob.deadline` (no limit: -inf, expected back at once), ties
+    by job id."""
+    end = (job.start_time or 0.0) + job.time_limit if job.time_limit is not None else -math.inf
     return end, job_number(job.job_id)
 
 

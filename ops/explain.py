@@ -150,7 +150,8 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
                 "summary": f"job {job_id} is no longer in Slurm; the journal remembers it", "journal": journal}
     asked, sj = sj, JobDefaults.of(live.slurm_config).applied(sj)  # as slurmctld will allocate it
     base = {"id": job_id, "user": sj.user, "name": sj.name, "partition": sj.partition, "state": sj.state,
-            "reason": sj.reason, "gpus": sj.gpus, "nodes_requested": sj.num_nodes if sj.per_node_fixed else None,
+            "reason": sj.reason, "gpus": sj.gpus,
+            "nodes_requested": sj.num_nodes if sj.per_node_fixed or sj.num_nodes > 1 else None,
             "submitted": sj.submit_time, "time_limit": sj.time_limit, "priority": sj.priority,
             "cpus": sj.cpus, "mem_per_node": sj.mem_per_node or None, "mem_per_cpu": sj.mem_per_cpu or None,
             "mem_per_gpu": sj.mem_per_gpu or None,

@@ -19,7 +19,7 @@ from attentived.daemon import config as C
 from attentived.daemon import log as dlog
 from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.notify import Notifier
-from attentived.daemon.records import CommandResult, SlurmCommandError, SlurmParseError
+from attentived.daemon.records import CommandResult, SlurmCommandError, SlurmError, SlurmParseError
 from attentived.daemon.service import Service
 from attentived.daemon.testing import FakeBackend
 
@@ -416,3 +416,31 @@ def test_the_service_settles_the_heap_after_its_first_snapshot_and_after_a_reloa
     finally:
         gc.unfreeze()
         svc._close()
+
+
+class _ConfigLate(FakeBackend):
+    """A Slurm whose ``scontrol show config`` fails at first (slurmctld busy), then answers."""
+
+    def __init__(self, *a, failures: int, **kw):
+        super().__init__(*a, **kw)
+        self.failures = failures
+
+    def config(self):
+        if self.failures:
+            self.failures -= 1
+            raise SlurmError("scontrol show config: timed out")
+        return super().config()
+
+
+def test_what_slurm_allocates_is_read_once_the_config_answers(tmp_path):
+    """Under CR_Core_Memory a job asking no memory takes whole nodes: a config read that
+    failed at start is tried again each cycle, not taken as 'no such rule' for good."""
+    plain = cluster([pending("1", "alice", 1)])
+    fake = _ConfigLate(plain.jobs.values(), plain.nodes.values(), now=NOW, failures=2,
+                       config={**plain.config(), "SelectTypeParameters": "CR_CORE_MEMORY"})
+    e = runner(tmp_path, fake)
+    seen = []
+    for _ in range(3):
+        assert e.run_cycle().ok
+        seen.append(e.job_defaults.memory_consumable)
+    assert seen == [False, False, True] and fake.failures == 0

@@ -95,8 +95,8 @@ def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
 def test_a_node_kept_by_a_user_comes_back_when_its_last_exclusive_job_ends():
     """alice's ``--exclusive=user`` job (2 GPUs, 10 h) shares node1 with her own 1-GPU job (1 h),
     which Slurm allows; carol's CPU-only ``--exclusive`` job holds node2 for 30 min; nodes
-    3-4 are full for 2 h. The 5 free-looking GPUs of node1 come back in 10 h, with alice's
-    long job, and node2's 8 in 30 min: an 8-GPU job is held for node2."""
+    3-4 are full for 2 h. node1 stays alice's until her long job ends: all 8 of its GPUs
+    come back in 10 h, node2's in 30 min, so an 8-GPU job is held for node2."""
     nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
                             real_memory=64000) for i in range(1, 5))
 
@@ -112,8 +112,11 @@ def test_a_node_kept_by_a_user_comes_back_when_its_last_exclusive_job_ends():
     built = build_state(Snapshot(SlurmVersion(22, 5, 8), NOW, jobs, nodes), TOPO, ["main"])
     running = {r.job_id: r for r in built.state.running}
     assert not built.state.free.any()
-    assert running["1"].gpus == (0, 1, 3, 4, 5, 6, 7) and not running["1"].exclusive  # shares node1
-    assert running["2"].gpus == (2,) and running["3"].gpus == tuple(range(8, 16)) and running["3"].exclusive
+    assert running["1"].gpus == tuple(range(8)) and not running["1"].exclusive  # shares node1
+    assert running["1"].expected_end(NOW) == NOW + 10 * 3600
+    assert "2" not in running and running["1"].cpus == 2  # alice's short job comes back with the owner
+    assert built.running_gpus["1"] == (0, 1) and built.running_gpus["2"] == (2,)  # what Slurm allocated
+    assert running["3"].gpus == tuple(range(8, 16)) and running["3"].exclusive
     assert built.node_reasons == {"node1": "kept whole by job 1", "node2": "kept whole by job 3"}
     plan = make_policy("fifo+consolidate").decide(built.state)
     assert [(h.job_id, sorted(set(TOPO.gpu_node[list(h.gpus)].tolist()))) for h in plan.holds] == [("9", [1])]
@@ -186,6 +189,32 @@ def test_memory_under_a_per_gpu_default_is_what_slurm_allocates(version):
     got = {j: (x.mem_per_node + x.mem_per_cpu * x.cpus, x.mem_per_gpu, x.exclusive) for j, x in seen.items()}
     mem0 = (0, 0, True) if version == "slurm-22.05" else (64000, 0, False)
     assert got == {"2": (1000, 0, False), "6": mem0, "7": (5000, 0, False), "8": (0, 4096, False), "9": (1400, 0, False)}
+
+
+def test_a_cpu_job_holding_a_nodes_memory_gives_the_node_back_when_it_ends():
+    """Under CR_Core_Memory carol's CPU job asking no memory holds node2's memory for 30 min,
+    nodes 1, 3 and 4 are full for 5 h: node2's GPUs are not free, and come back with it."""
+    nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
+                            real_memory=64000) for i in range(1, 5))
+    full = tuple(SlurmJob(f"r{i}", user="bob", state="RUNNING", gpus=8, nodes=(f"node{i}",), mem_per_node=1000,
+                          gpu_indices={f"node{i}": tuple(range(8))}, cpus=1, start_time=NOW, time_limit=5 * 3600)
+                 for i in (1, 3, 4))
+    cpu = SlurmJob("c", user="carol", state="RUNNING", gpus=0, nodes=("node2",), cpus=2, start_time=NOW, time_limit=1800)
+    wide = SlurmJob("9", user="dave", partition="main", gpus=8, gpus_per_node=8, per_node_fixed=True, cpus=1,
+                    mem_per_node=1000, submit_time=NOW, priority=1, reason="Priority")
+    snap = Snapshot(SlurmVersion(22, 5, 8), NOW, (*full, cpu, wide), nodes)
+    built = build_state(snap, TOPO, ["main"], defaults=JobDefaults(memory_consumable=True))
+    assert not built.state.free.any() and built.node_reasons == {"node2": "kept whole by job c"}
+    plan = make_policy("fifo+consolidate").decide(built.state)
+    assert [(h.job_id, sorted(set(TOPO.gpu_node[list(h.gpus)].tolist()))) for h in plan.holds] == [("9", [1])]
+
+
+def test_an_odd_tres_request_string_falls_back_to_what_squeue_shows():
+    raw = json.loads((FIX.parent / "slurm-24.11" / "squeue-mem-defaults.json").read_text())
+    (rec,) = [j for j in raw["jobs"] if j["job_id"] == 7]
+    for odd in ("cpu=1,mem=.,node=1", "cpu=1,mem=1.2.3G", "mem=", "cpu=1"):
+        (job,) = parse_squeue(json.dumps({"meta": raw["meta"], "jobs": [{**rec, "tres_req_str": odd}]})).jobs
+        assert (job.mem_per_node, job.mem_per_gpu) == (4096, 0), odd
 
 
 def test_memory_slurm_keeps_from_jobs_is_not_free():
