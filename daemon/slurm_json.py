@@ -402,14 +402,17 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
     mem_per_node = number(rec.get("memory_per_node"), "memory_per_node", src) or 0
     mem_per_cpu = number(rec.get("memory_per_cpu"), "memory_per_cpu", src) or 0
     mem_per_gpu = tres_gpus(text(rec.get("memory_per_tres"), "memory_per_tres", src))
-    flags = rec.get("flags")
-    if not isinstance(flags, list):
-        flags = None
-    elif not all(isinstance(f, str) for f in flags):
-        flags = words(flags, "flags", src)
     # the user set a memory per node or per CPU, --mem=0 included (flag JOB_MEM_SET;
     # EXACT_MEMORY_REQUESTED in 24.11's JSON; a default memory per CPU shows without it)
-    mem_set = not _MEM_SET.isdisjoint(flags) if flags is not None else bool(mem_per_node or mem_per_cpu)
+    flags = rec.get("flags")
+    if not isinstance(flags, list):
+        flags, mem_set = None, bool(mem_per_node or mem_per_cpu)
+    else:
+        try:
+            mem_set = not _MEM_SET.isdisjoint(flags)
+        except TypeError:  # a list holding lists or objects: words() says what is wrong
+            flags = list(words(flags, "flags", src))
+            mem_set = not _MEM_SET.isdisjoint(flags)
     if mem_per_gpu:
         # --mem-per-gpu, or DefMemPerGPU once slurmctld has looked at the job ("gpu:N").
         # cons_tres allocates it, and clears the memory per node or CPU, unless the user

@@ -424,14 +424,18 @@ def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...], bool]], topo: Topo
     hold nothing else), and gives them all back when it ends. An exclusive job alone on its
     nodes gives them back whole (`Fit.release`). A job charged GPUs it keeps counts them as
     its user's service while it runs."""
+    out = KeptWhole({}, {}, {}, {}, set())
+    index = topo.node_index
+    kept_nodes = {index[n] for job, _gpus, keeps in active if keeps for n in job.nodes if n in index}
+    if not kept_nodes:
+        return out
     on_node: dict[int, list[tuple[SlurmJob, tuple[int, ...], bool]]] = {}
     for entry in active:
         for name in entry[0].nodes:
-            ni = topo.node_index.get(name)
-            if ni is not None:
+            ni = index.get(name)
+            if ni in kept_nodes:
                 on_node.setdefault(ni, []).append(entry)
     first = topo.node_first_gpu
-    out = KeptWhole({}, {}, {}, {}, set())
     shared: set[str] = set()
     for ni, here in on_node.items():
         apart = [job for job, _gpus, keeps in here if keeps]
