@@ -162,6 +162,7 @@ class SlurmJob:
     mem_per_cpu: int = 0
     mem_per_gpu: int = 0
     mem_set: bool = False  # the user set a memory per node or CPU (``--mem=0`` included)
+    cpus_set: bool = False  # the user set CPUs per task or per GPU (``-c``, ``--cpus-per-gpu``)
     exclusive: bool = False
     gpu_type: str = ""
     last_evaluated: float | None = None  # when slurmctld last tried to schedule it

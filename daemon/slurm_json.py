@@ -46,6 +46,8 @@ _GRES_ITEM = re.compile(
 _HOSTLIST_SYNTAX = re.compile(r"[\[\],\s]")
 #: The job flag, by data_parser version, saying the user set a memory per node or per CPU.
 _MEM_SET = frozenset({"JOB_MEM_SET", "EXACT_MEMORY_REQUESTED"})
+#: The job flag, by data_parser version, saying the user set CPUs per task (``-c``).
+_CPUS_SET = frozenset({"JOB_CPUS_SET", "EXACT_CPU_COUNT_REQUESTED"})
 _TRES_GPU = re.compile(r"^(?:gres[:/])?gpu(?::(?P<type>[^:=]+))?[:=](?P<count>[0-9]+)$")
 
 _NODE_FLAGS = frozenset({
@@ -413,6 +415,7 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
         except TypeError:  # a list holding lists or objects: words() says what is wrong
             flags = list(words(flags, "flags", src))
             mem_set = not _MEM_SET.isdisjoint(flags)
+    cpus_set = bool(cpus_per_gpu) or (flags is not None and not _CPUS_SET.isdisjoint(flags))
     if mem_per_gpu:
         # --mem-per-gpu, or DefMemPerGPU once slurmctld has looked at the job ("gpu:N").
         # cons_tres allocates it, and clears the memory per node or CPU, unless the user
@@ -460,6 +463,7 @@ def parse_job(rec: dict[str, Any], source: str = "squeue --json", index: int = 0
         mem_per_cpu=mem_per_cpu,
         mem_per_gpu=mem_per_gpu,
         mem_set=mem_set,
+        cpus_set=cpus_set,
         exclusive=_exclusive(rec, src),
         last_evaluated=_time(rec.get("last_sched_evaluation"), "last_sched_evaluation", src),
         gpu_type=tres_gpu_type(tres_node) or tres_gpu_type(tres_job) or tres_gpu_type(tres_task),

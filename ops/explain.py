@@ -157,6 +157,8 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
             "mem_per_gpu": sj.mem_per_gpu or None,
             "exclusive": sj.exclusive, "gpu_type": sj.gpu_type or None, "required_nodes": list(sj.required_nodes),
             "excluded_nodes": list(sj.excluded_nodes), "features": sj.features or None}
+    if sj.cpus != asked.cpus:
+        base["cpus_from"] = "the cluster's DefCpuPerGPU (squeue shows it once slurmctld has looked at the job)"
     if sj.mem_per_gpu != asked.mem_per_gpu:
         base["memory_from"] = "the cluster's DefMemPerGPU (squeue shows it once slurmctld has looked at the job)"
     elif sj.exclusive != asked.exclusive:

@@ -169,7 +169,7 @@ def test_memory_slurm_gives_a_job_that_asked_none():
     starts = make_policy("fifo+consolidate").decide(build_state(snap, TOPO, ["main"], defaults=consumable).state).starts
     assert [(s.job_id, sorted(set(TOPO.gpu_node[list(s.gpus)].tolist()))) for s in starts] == [("10", [0])]
     per_gpu = JobDefaults.of({"SelectTypeParameters": "CR_Core_Memory", "JobDefaults": "DefCpuPerGPU=2,DefMemPerGPU=4096"})
-    assert per_gpu == JobDefaults(memory_consumable=True, mem_per_gpu=4096)
+    assert per_gpu == JobDefaults(memory_consumable=True, mem_per_gpu=4096, cpus_per_gpu=2)
     (job,) = build_state(snap, TOPO, ["main"], defaults=per_gpu).state.pending
     assert (job.mem_per_gpu, job.exclusive) == (4096, False)
     zero = Snapshot(SlurmVersion(22, 5, 8), NOW, (replace(plain, mem_set=True), *running), nodes)
@@ -215,6 +215,20 @@ def test_an_odd_tres_request_string_falls_back_to_what_squeue_shows():
     for odd in ("cpu=1,mem=.,node=1", "cpu=1,mem=1.2.3G", "mem=", "cpu=1"):
         (job,) = parse_squeue(json.dumps({"meta": raw["meta"], "jobs": [{**rec, "tres_req_str": odd}]})).jobs
         assert (job.mem_per_node, job.mem_per_gpu) == (4096, 0), odd
+
+
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+def test_cpus_under_a_per_gpu_default_are_what_slurm_allocates(version):
+    """``squeue-cpu-defaults.json`` (fixtures/README.md): DefCpuPerGPU=2. A job slurmctld has
+    not looked at shows one CPU: with no ``-c`` and no ``--cpus-per-gpu`` it gets 2 per GPU."""
+    d = FIX.parent / version
+    ids = json.loads((d / "scenario-cpu-defaults.json").read_text())
+    jobs = {j.job_id: j for j in parse_squeue((d / "squeue-cpu-defaults.json").read_text()).jobs}
+    defaults = JobDefaults.of({"JobDefaults": "DefCpuPerGPU=2"})
+    assert defaults == JobDefaults(cpus_per_gpu=2)
+    got = {k: defaults.allocation(jobs[ids[k]])[0] for k in ids}
+    assert got == {"default_running": 4, "default_held": 4, "c1_held": 1, "cpus_per_gpu1_held": 2}
+    assert {k: JobDefaults().allocation(jobs[ids[k]])[0] for k in ids}["default_held"] == 1
 
 
 def test_memory_slurm_keeps_from_jobs_is_not_free():

@@ -466,12 +466,14 @@ def test_explain_says_when_slurm_will_allocate_more_memory_than_asked(tmp_path):
     """Where Slurm allocates memory, a job asking none gets whole nodes; with the cluster's
     DefMemPerGPU it gets that per GPU. `explain` shows the job as planned, and says why."""
     c = cfg(tmp_path)
-    for job_defaults, want in (("(null)", (True, None, "CR_*_Memory")), ("DefMemPerGPU=4096", (False, 4096, "DefMemPerGPU"))):
+    for job_defaults, want in (("(null)", (True, None, "CR_*_Memory")),
+                               ("DefMemPerGPU=4096,DefCpuPerGPU=3", (False, 4096, "DefMemPerGPU"))):
         plain = cluster([pending("1", "alice", 1)])
         fake = FakeBackend.from_snapshot(plain.snapshot(), config={
             **plain.config(), "SelectTypeParameters": "CR_CORE_MEMORY", "JobDefaults": job_defaults})
         doc = explain(c, "1", live(c, fake))
         assert (doc["job"]["exclusive"], doc["job"]["mem_per_gpu"]) == want[:2]
         assert want[2] in doc["job"]["memory_from"]
+        assert (doc["job"]["cpus"], "cpus_from" in doc["job"]) == ((3, True) if "Cpu" in job_defaults else (0, False))
     doc = explain(c, "1", live(c, cluster([pending("1", "alice", 1)])))
     assert "memory_from" not in doc["job"] and doc["job"]["exclusive"] is False
