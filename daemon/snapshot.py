@@ -206,7 +206,7 @@ def build_state(
         if allocated:
             running_gpus[job.job_id] = allocated
         gpus, cpus = allocated, job.cpus
-        mem = job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
+        mem = _memory(job)
         if job.job_id in kept.lose:
             gpus = tuple(g for g in gpus if g not in kept.lose[job.job_id])
             if not gpus:
@@ -458,12 +458,16 @@ def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...], bool]], topo: Topo
                 taken.extend(mine)
                 if len(mine) == len(gpus):
                     out.cpus[owner.job_id] = out.cpus.get(owner.job_id, 0) + job.cpus
-                    out.mem[owner.job_id] = out.mem.get(owner.job_id, 0) + (
-                        job.mem_per_node + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus)
+                    out.mem[owner.job_id] = out.mem.get(owner.job_id, 0) + _memory(job)
         if taken:
             out.gain.setdefault(owner.job_id, []).extend(taken)
     out.alone.update(job.job_id for job, _gpus, keeps in active if keeps and job.job_id not in shared)
     return out
+
+
+def _memory(job: SlurmJob) -> int:
+    """A running job's memory in all (MB): per node, per CPU or per GPU, as it asked."""
+    return job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
 
 
 def _ends(job: SlurmJob) -> tuple[float, int]:
