@@ -31,6 +31,7 @@ from .records import (
     SlurmCommandError,
     SlurmError,
     SlurmParseError,
+    SlurmPartition,
     SlurmUnavailable,
     SlurmVersion,
     Snapshot,
@@ -139,11 +140,8 @@ class CliBackend(BackendMixin):
     def config(self) -> dict[str, str]:
         return scontrol_text.parse_config(self.run(["scontrol", "show", "config"]).stdout)
 
-    def default_partition(self) -> str | None:
-        for rec in scontrol_text.parse_lines(self.run(["scontrol", "-o", "show", "partition"]).stdout, "scontrol show partition"):
-            if rec.get("Default", "").upper() == "YES":
-                return rec.get("PartitionName")
-        return None
+    def partitions(self) -> tuple[SlurmPartition, ...]:
+        return scontrol_text.parse_partitions(self.run(["scontrol", "-o", "show", "partition"]).stdout)
 
     def read_commands(self) -> dict[str, list[str]]:
         """The argv of each read the snapshot makes, for this Slurm version."""

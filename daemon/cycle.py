@@ -49,8 +49,10 @@ from .records import (
     SlurmCommandError,
     SlurmError,
     SlurmParseError,
+    SlurmPartition,
     SlurmUnavailable,
     Snapshot,
+    default_partition,
     job_number,
 )
 from .snapshot import Built, build_state, own_reservations
@@ -222,7 +224,7 @@ class CycleRunner:
             if not self._config_read:  # what slurmctld allocates stays unknown until it reads
                 self._read_config(quiet=True)
             return
-        conf = self._read_config()
+        conf, parts = self._read_config()
         if conf:
             self.accounting.configure(conf.get("AccountingStorageType", ""), self.config.accounting_check_interval)
             self.slurm_findings = check_slurm_config(conf, priority_floor=self.config.priority_floor,
@@ -231,7 +233,7 @@ class CycleRunner:
                 getattr(self.log, "warning" if f.level != "info" else "info")(
                     "slurm.setting", key=f.key, level_found=f.level, message=f.message)
         if not self.config.partitions:
-            default = self.backend.default_partition()
+            default = default_partition(parts if parts is not None else self.backend.partitions())
             if not default:
                 raise SlurmError("no partitions configured and Slurm has no default partition: set 'partitions'")
             self.partitions = (default,)
@@ -248,19 +250,21 @@ class CycleRunner:
             self.policy_slot.warm_up(self.topology)
         self.setup_done = True
 
-    def _read_config(self, quiet: bool = False) -> dict[str, str]:
-        """``scontrol show config``, and from it `JobDefaults` (kept as they were when it
-        cannot be read; `setup` tries again every cycle until it can)."""
+    def _read_config(self, quiet: bool = False) -> tuple[dict[str, str], tuple[SlurmPartition, ...] | None]:
+        """``scontrol show config`` and the partitions, and from them `JobDefaults` (kept as
+        they were when either cannot be read; `setup` tries again every cycle until both can)."""
+        conf: dict[str, str] = {}
+        parts = None
         try:
             conf = self.backend.config()
+            parts = self.backend.partitions()
         except SlurmError as e:
             if not quiet:
                 self.log.warning("slurm.config_unreadable", error=str(e))
-            conf = {}
-        self._config_read = bool(conf)
-        if conf:
-            self.job_defaults = JobDefaults.of(conf)
-        return conf
+        self._config_read = bool(conf) and parts is not None
+        if conf and parts is not None:
+            self.job_defaults = JobDefaults.of(conf, parts)
+        return conf, parts
 
     def permission_problem(self) -> str:
         """Start-up probe for live mode: "" or why Slurm will refuse the daemon's writes

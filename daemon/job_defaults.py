@@ -15,16 +15,23 @@ refuses them while GPUs idle:
   idle one, whatever its size, and nothing else starts on it until the job ends: the job is
   planned, and kept, as ``--exclusive``.
 
-A partition's own ``JobDefaults`` are not read; its jobs show them once slurmctld has
-looked at them.
+A partition may set its own (``scontrol -o show partition``): ``JobDefaults`` replace the
+cluster's key by key for its jobs, and its ``SelectTypeParameters`` replace whether memory is
+allocated where the cluster's is a ``CR_Core``/``CR_Socket`` type (cons_tres
+``_set_gpu_defaults`` and ``_setup_cr_type``; recorded on 22.05 and 24.11,
+tests/daemon/fixtures/README.md). A job submitted to several partitions is planned with the
+most any of them gives: slurmctld starts it in whichever fits, so that plan is never refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
-from .records import SlurmJob
+from .records import SlurmJob, SlurmPartition
+
+#: The cluster-wide types a partition's own SelectTypeParameters may replace (others ignore it).
+_PARTITION_TYPES = frozenset({"CR_CORE", "CR_CORE_MEMORY", "CR_SOCKET", "CR_SOCKET_MEMORY"})
 
 
 @dataclass(frozen=True)
@@ -32,31 +39,61 @@ class JobDefaults:
     memory_consumable: bool = False
     mem_per_gpu: int = 0  # MB, the cluster's DefMemPerGPU (0: none)
     cpus_per_gpu: int = 0  # the cluster's DefCpuPerGPU (0: none)
+    #: the partitions that give their jobs otherwise, with what they give (the cluster's
+    #: settings where they set none)
+    partitions: Mapping[str, JobDefaults] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_of_field", {})  # a job's partition field -> its defaults
 
     @classmethod
-    def of(cls, slurm_config: Mapping[str, str]) -> JobDefaults:
-        """From ``scontrol show config`` (empty when it could not be read: nothing known)."""
-        given = {}
-        for item in slurm_config.get("JobDefaults", "").split(","):
-            key, _, value = item.partition("=")
-            if value.strip().isdigit():
-                given[key.strip()] = int(value)
-        return cls("MEMORY" in slurm_config.get("SelectTypeParameters", "").upper(),
-                   given.get("DefMemPerGPU", 0), given.get("DefCpuPerGPU", 0))
+    def of(cls, slurm_config: Mapping[str, str], partitions: Iterable[SlurmPartition] = ()) -> JobDefaults:
+        """From ``scontrol show config`` (empty when it could not be read: nothing known) and
+        the partitions (``scontrol -o show partition``)."""
+        select = slurm_config.get("SelectTypeParameters", "").upper()
+        given = _given(slurm_config.get("JobDefaults", ""))
+        cluster = cls("MEMORY" in select, given.get("DefMemPerGPU", 0), given.get("DefCpuPerGPU", 0))
+        replaceable = not _PARTITION_TYPES.isdisjoint(t.strip() for t in select.split(","))
+        own = {}
+        for p in partitions:
+            given = _given(p.job_defaults)
+            mine = cls(("MEMORY" in p.select_type) if p.select_type and replaceable else cluster.memory_consumable,
+                       given.get("DefMemPerGPU", cluster.mem_per_gpu), given.get("DefCpuPerGPU", cluster.cpus_per_gpu))
+            if mine != cluster:
+                own[p.name] = mine
+        return replace(cluster, partitions=own)
+
+    def _for(self, partition: str) -> JobDefaults:
+        """The defaults of a job's ``partition`` field (``a,b``: the most any of them gives)."""
+        known: dict[str, JobDefaults] = self._of_field  # type: ignore[attr-defined]
+        found = known.get(partition)
+        if found is None:
+            each = [self.partitions.get(p, self) for p in partition.split(",") if p] or [self]
+            found = known[partition] = JobDefaults(any(d.memory_consumable for d in each),
+                                                   max(d.mem_per_gpu for d in each), max(d.cpus_per_gpu for d in each))
+        return found
+
+    def origin(self, partition: str, setting: str) -> str:
+        """Whose ``setting`` (a field name) a job of ``partition`` gets: "the cluster's" or
+        "partition gpu's" (for ``explain``)."""
+        own = [p for p in partition.split(",") if p in self.partitions
+               and getattr(self.partitions[p], setting) != getattr(self, setting)]
+        return f"partition {', '.join(own)}'s" if own else "the cluster's"
 
     def allocation(self, job: SlurmJob) -> tuple[int, int, bool]:
         """The CPUs and memory per GPU slurmctld gives ``job``, and whether it keeps its
         nodes whole (``--exclusive``, or no memory asked where memory is allocated: a CPU
         job too); ``job``'s own where it set them. Plain values, so that a queue of
         thousands pays no new record per job."""
+        d = self._for(job.partition) if self.partitions else self
         cpus = job.cpus
-        if self.cpus_per_gpu and not job.cpus_set and job.gpus > 0:
-            cpus = max(cpus, self.cpus_per_gpu * job.gpus)
+        if d.cpus_per_gpu and not job.cpus_set and job.gpus > 0:
+            cpus = max(cpus, d.cpus_per_gpu * job.gpus)
         if job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu:
             return cpus, job.mem_per_gpu, job.exclusive
-        if self.mem_per_gpu and not job.mem_set and job.gpus > 0:
-            return cpus, self.mem_per_gpu, job.exclusive
-        return cpus, 0, job.exclusive or self.memory_consumable
+        if d.mem_per_gpu and not job.mem_set and job.gpus > 0:
+            return cpus, d.mem_per_gpu, job.exclusive
+        return cpus, 0, job.exclusive or d.memory_consumable
 
     def applied(self, job: SlurmJob) -> SlurmJob:
         """``job`` with the CPUs and memory slurmctld will allocate it (`allocation`)."""
@@ -64,3 +101,13 @@ class JobDefaults:
         if (cpus, mem_per_gpu, exclusive) == (job.cpus, job.mem_per_gpu, job.exclusive):
             return job
         return replace(job, cpus=cpus, mem_per_gpu=mem_per_gpu, exclusive=exclusive)
+
+
+def _given(job_defaults: str) -> dict[str, int]:
+    """``DefCpuPerGPU=2,DefMemPerGPU=4096`` -> {key: value} (other or odd items left out)."""
+    given = {}
+    for item in job_defaults.split(","):
+        key, _, value = item.partition("=")
+        if value.strip().isdigit():
+            given[key.strip()] = int(value)
+    return given

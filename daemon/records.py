@@ -240,6 +240,22 @@ class SlurmReservation:
 
 
 @dataclass(frozen=True)
+class SlurmPartition:
+    """A partition as ``scontrol -o show partition`` shows it: whether it is the default, and
+    what it gives its jobs beyond what they ask (``daemon.job_defaults``)."""
+
+    name: str
+    default: bool = False
+    job_defaults: str = ""  # its own JobDefaults, "DefCpuPerGPU=2,DefMemPerGPU=2048" ("" for none)
+    select_type: str = ""  # its own SelectTypeParameters, "CR_CORE_MEMORY" ("" for the cluster's)
+
+
+def default_partition(partitions: Iterable[SlurmPartition]) -> str | None:
+    """The partition a job that names none goes to (``Default=YES``), if any."""
+    return next((p.name for p in partitions if p.default), None)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one cycle reads from Slurm, taken at ``taken_at`` (Unix seconds)."""
 

@@ -17,7 +17,7 @@ import re
 import time
 from collections.abc import Iterator
 
-from .records import SlurmJob, SlurmNode, SlurmParseError, SlurmReservation
+from .records import SlurmJob, SlurmNode, SlurmParseError, SlurmPartition, SlurmReservation
 from .slurm_json import gpu_indices, hosts, state_of, tres_gpus, words
 
 #: The order ``scontrol -o -d show job`` prints its keys in (22.05; later versions add keys,
@@ -156,6 +156,21 @@ def parse_reservations(text: str, source: str = "scontrol -o show reservation") 
             partition="" if d.get("PartitionName") in (None, "(null)") else d["PartitionName"],
             state=d.get("State", ""),
         ))
+    return tuple(out)
+
+
+def parse_partitions(text: str) -> tuple[SlurmPartition, ...]:
+    """``scontrol -o show partition``: the same text on 22.05 and 24.11. (24.11's ``--json``
+    shows ``defaults.job`` empty and ``select_type`` without its memory flag, recorded in
+    tests/daemon/fixtures/README.md, so it is not used.)"""
+    out = []
+    for rec in records(text):
+        d = parse_line(rec)  # `records` has checked that it starts with PartitionName=
+        unset = ("", "(null)", "NONE")
+        out.append(SlurmPartition(
+            d["PartitionName"], default=d.get("Default", "").upper() == "YES",
+            job_defaults="" if d.get("JobDefaults", "") in unset else d["JobDefaults"],
+            select_type="" if d.get("SelectTypeParameters", "").upper() in unset else d["SelectTypeParameters"].upper()))
     return tuple(out)
 
 

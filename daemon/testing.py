@@ -19,6 +19,7 @@ from .records import (
     SlurmError,
     SlurmJob,
     SlurmNode,
+    SlurmPartition,
     SlurmReservation,
     SlurmVersion,
     Snapshot,
@@ -31,7 +32,8 @@ class FakeBackend(BackendMixin):
 
     def __init__(self, jobs: Iterable[SlurmJob] = (), nodes: Iterable[SlurmNode] = (),
                  reservations: Iterable[SlurmReservation] = (), *, version: SlurmVersion = SlurmVersion(22, 5, 8),
-                 config: dict[str, str] | None = None, now: float | None = None) -> None:
+                 config: dict[str, str] | None = None, partitions: Iterable[SlurmPartition] | None = None,
+                 now: float | None = None) -> None:
         self.jobs = {j.job_id: j for j in jobs}
         self.nodes = {n.name: n for n in nodes}
         self.reservations = {r.name: r for r in reservations}
@@ -39,6 +41,7 @@ class FakeBackend(BackendMixin):
         self._config = config if config is not None else {
             "SchedulerType": "sched/builtin", "PriorityType": "priority/multifactor", "GresTypes": "gpu",
             "SelectType": "select/cons_tres", "TopologyPlugin": "topology/tree"}
+        self.partition_records = tuple(partitions) if partitions is not None else (SlurmPartition("main", default=True),)
         self.now = now
         self.calls: list[tuple[str, ...]] = []
         self.fail: dict[tuple[str, str], str] = {}  # (kind, job or reservation) -> error
@@ -56,8 +59,8 @@ class FakeBackend(BackendMixin):
     def config(self) -> dict[str, str]:
         return dict(self._config)
 
-    def default_partition(self) -> str | None:
-        return "main"
+    def partitions(self) -> tuple[SlurmPartition, ...]:
+        return self.partition_records
 
     def snapshot(self) -> Snapshot:
         self.snapshots += 1

@@ -37,7 +37,6 @@ from attentived.agents.pack import PackedPlacer
 from attentived.agents.registry import PLACERS
 from attentived.agents.state import ClusterState, PendingJob
 from attentived.daemon import config as cfgmod
-from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.snapshot import in_partitions
 from attentived.simulator.metrics import jain
 from attentived.topology.speed import SpeedModel, resolve_model
@@ -148,7 +147,8 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
                                "submitted) and not in the journal")
         return {"job": {"id": job_id}, "status": "gone",
                 "summary": f"job {job_id} is no longer in Slurm; the journal remembers it", "journal": journal}
-    asked, sj = sj, JobDefaults.of(live.slurm_config).applied(sj)  # as slurmctld will allocate it
+    defaults = live.job_defaults
+    asked, sj = sj, defaults.applied(sj)  # as slurmctld will allocate it
     base = {"id": job_id, "user": sj.user, "name": sj.name, "partition": sj.partition, "state": sj.state,
             "reason": sj.reason, "gpus": sj.gpus,
             "nodes_requested": sj.num_nodes if sj.per_node_fixed or sj.num_nodes > 1 else None,
@@ -157,12 +157,14 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
             "mem_per_gpu": sj.mem_per_gpu or None,
             "exclusive": sj.exclusive, "gpu_type": sj.gpu_type or None, "required_nodes": list(sj.required_nodes),
             "excluded_nodes": list(sj.excluded_nodes), "features": sj.features or None}
+    shown = "(squeue shows it once slurmctld has looked at the job)"
     if sj.cpus != asked.cpus:
-        base["cpus_from"] = "the cluster's DefCpuPerGPU (squeue shows it once slurmctld has looked at the job)"
+        base["cpus_from"] = f"{defaults.origin(sj.partition, 'cpus_per_gpu')} DefCpuPerGPU {shown}"
     if sj.mem_per_gpu != asked.mem_per_gpu:
-        base["memory_from"] = "the cluster's DefMemPerGPU (squeue shows it once slurmctld has looked at the job)"
+        base["memory_from"] = f"{defaults.origin(sj.partition, 'mem_per_gpu')} DefMemPerGPU {shown}"
     elif sj.exclusive != asked.exclusive:
-        base["memory_from"] = "none asked where Slurm allocates memory (CR_*_Memory): all of each node's, so whole nodes"
+        base["memory_from"] = (f"none asked where Slurm allocates memory ({defaults.origin(sj.partition, 'memory_consumable')} "
+                               "CR_*_Memory): all of each node's, so whole nodes")
     fair = fairness(state, sj.user)
     if not sj.pending:
         topo = live.topology

@@ -58,7 +58,7 @@ from attentived.daemon.checks import check_slurm_config, keeps_accounting
 from attentived.daemon.connect import make_backend
 from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.journal import Journal
-from attentived.daemon.records import SlurmError, SlurmJob, Snapshot, job_number
+from attentived.daemon.records import SlurmError, SlurmJob, SlurmPartition, Snapshot, default_partition, job_number
 from attentived.daemon.snapshot import Built, build_state
 from attentived.daemon.topology_source import TopologySourceError, load_topology
 from attentived.topology import Topology, TopologyParseError
@@ -283,6 +283,7 @@ class Live:
     config: cfgmod.Config
     backend: Backend
     slurm_config: dict[str, str]
+    job_defaults: JobDefaults  # what slurmctld allocates a job beyond what squeue shows
     partitions: tuple[str, ...]
     topology: Topology
     topology_source: str
@@ -304,9 +305,13 @@ def connect(cfg: cfgmod.Config, *, backend: Backend | None = None, topology: Top
             conf = backend.config()
         except SlurmError:
             conf = {}
+        try:
+            parts: tuple[SlurmPartition, ...] | None = backend.partitions()
+        except SlurmError:
+            parts = None  # what each partition gives its jobs stays unknown, as the config's
         partitions = tuple(cfg.partitions)
         if not partitions:
-            default = backend.default_partition()
+            default = default_partition(parts if parts is not None else backend.partitions())
             if not default:
                 raise InspectError("no partitions configured and Slurm has no default partition: set 'partitions'")
             partitions = (default,)
@@ -330,9 +335,10 @@ def connect(cfg: cfgmod.Config, *, backend: Backend | None = None, topology: Top
             owned_reservations = journal.reservations()
         finally:
             journal.close()
+    defaults = JobDefaults.of(conf, parts or ())
     built = build_state(snap, topology, partitions, reservation_prefix=cfg.reservation_prefix, owned_pins=owned_pins or {},
-                        owned_reservations=owned_reservations, defaults=JobDefaults.of(conf))
-    return Live(cfg, backend, conf, partitions, topology, source, snap, built)
+                        owned_reservations=owned_reservations, defaults=defaults)
+    return Live(cfg, backend, conf, defaults, partitions, topology, source, snap, built)
 
 
 def policy_for(cfg: cfgmod.Config) -> tuple[Policy, str, str]:
@@ -742,13 +748,14 @@ def config_check(path: str | os.PathLike[str] | None, *, slurm: bool = True,
             add("accounting", "warning", "neither accounting storage nor jobcomp/filetxt: `trace export` sees only "
                 "the finished jobs slurmctld still remembers (MinJobAge)")
     try:
-        known = _partitions(backend)
+        parts = backend.partitions()
     except SlurmError as e:
-        known = None
+        parts = None
         add("partitions", "warning", f"cannot list partitions: {e}")
-    if known is not None:
+    if parts is not None:
+        known = [p.name for p in parts]
         if not cfg.partitions:
-            default = next((p for p, d in known.items() if d), None)
+            default = default_partition(parts)
             add("partitions", "ok" if default else "error",
                 f"none configured: Slurm's default partition {default!r} is managed" if default
                 else "none configured and Slurm has no default partition: set 'partitions'")
@@ -766,18 +773,3 @@ def config_check(path: str | os.PathLike[str] | None, *, slurm: bool = True,
         add("topology", "error", str(e))
     return {"file": cfg.source, "ok": not any(c["level"] == "error" for c in checks), "checks": checks,
             "slurm_checked": True}
-
-
-def _partitions(backend: Backend) -> dict[str, bool]:
-    """Slurm's partitions: name -> is the default."""
-    run = getattr(backend, "run", None)
-    if run is None:
-        default = backend.default_partition()
-        return {default: True} if default else {}
-    from attentived.daemon.scontrol_text import parse_lines
-
-    out = {}
-    for rec in parse_lines(run(["scontrol", "-o", "show", "partition"]).stdout, "scontrol show partition"):
-        if rec.get("PartitionName"):
-            out[rec["PartitionName"]] = rec.get("Default", "").upper() == "YES"
-    return out

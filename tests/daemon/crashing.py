@@ -11,7 +11,7 @@ from its creation (one count per process):
 - ``create_reservation``, ``update_reservation``, ``delete_reservation``, ``hold`` and
   ``release``: one count per call.
 
-Reads (``snapshot``, ``config``, ``version``, ``default_partition``) and everything else the
+Reads (``snapshot``, ``config``, ``version``, ``partitions``) and everything else the
 inner backend has (``run``, ``close``, ...) pass through unchanged and count nothing. With a
 count that is never reached the wrapper only changes how job updates are sent (one per
 ``scontrol``). Production code knows nothing of this: tests hand the wrapper to ``Service``
@@ -59,8 +59,8 @@ class CrashingBackend:
     def config(self) -> dict[str, str]:
         return self.inner.config()
 
-    def default_partition(self) -> str | None:
-        return self.inner.default_partition()
+    def partitions(self) -> Any:
+        return self.inner.partitions()
 
     # -- writes --
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[CommandResult]:

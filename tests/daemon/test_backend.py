@@ -88,7 +88,7 @@ def test_snapshot_22_05_uses_sinfo_and_scontrol_text(tmp_path, monkeypatch):
     calls = _argv_log(log)
     assert ["scontrol", "--version"] in calls and ["sinfo", "--json"] in calls
     assert ["scontrol", "-o", "show", "reservation"] in calls and ["squeue", "--json", "-t", "all"] in calls
-    assert be.config()["SchedulerType"] == "sched/builtin" and be.default_partition() == "main"
+    assert be.config()["SchedulerType"] == "sched/builtin" and [p.name for p in be.partitions() if p.default] == ["main"]
     be.close()
 
 

@@ -54,7 +54,7 @@ def test_kill_lands_between_jobs_of_one_batch():
 
 def test_reservation_and_hold_release_writes_count_reads_do_not():
     fake, wrapped = _wrapped(5)
-    wrapped.snapshot(), wrapped.config(), wrapped.version(), wrapped.default_partition()
+    wrapped.snapshot(), wrapped.config(), wrapped.version(), wrapped.partitions()
     assert wrapped.name == fake.name and wrapped.writes == 0
     assert wrapped.create_reservation("attentived-1", ["node1"], ["alice"], 10, True).ok
     assert wrapped.update_reservation("attentived-1", Duration="20").ok

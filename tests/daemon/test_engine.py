@@ -18,8 +18,9 @@ from attentived.cli import app
 from attentived.daemon import config as C
 from attentived.daemon import log as dlog
 from attentived.daemon.cycle import CycleRunner
+from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.notify import Notifier
-from attentived.daemon.records import CommandResult, SlurmCommandError, SlurmError, SlurmParseError
+from attentived.daemon.records import CommandResult, SlurmCommandError, SlurmError, SlurmParseError, SlurmPartition
 from attentived.daemon.service import Service
 from attentived.daemon.testing import FakeBackend
 
@@ -418,29 +419,51 @@ def test_the_service_settles_the_heap_after_its_first_snapshot_and_after_a_reloa
         svc._close()
 
 
-class _ConfigLate(FakeBackend):
-    """A Slurm whose ``scontrol show config`` fails at first (slurmctld busy), then answers."""
+class _LateReads(FakeBackend):
+    """A Slurm whose ``scontrol show config`` or ``scontrol -o show partition`` fails at
+    first (slurmctld busy), ``failures`` times, then answers."""
 
-    def __init__(self, *a, failures: int, **kw):
+    def __init__(self, *a, late: str, failures: int, **kw):
         super().__init__(*a, **kw)
-        self.failures = failures
+        self.late, self.failures = late, failures
+
+    def _late(self, read: str) -> None:
+        if read == self.late and self.failures:
+            self.failures -= 1
+            raise SlurmError(f"{read}: timed out")
 
     def config(self):
-        if self.failures:
-            self.failures -= 1
-            raise SlurmError("scontrol show config: timed out")
+        self._late("config")
         return super().config()
+
+    def partitions(self):
+        self._late("partitions")
+        return super().partitions()
 
 
 def test_what_slurm_allocates_is_read_once_the_config_answers(tmp_path):
     """Under CR_Core_Memory a job asking no memory takes whole nodes: a config read that
     failed at start is tried again each cycle, not taken as 'no such rule' for good."""
     plain = cluster([pending("1", "alice", 1)])
-    fake = _ConfigLate(plain.jobs.values(), plain.nodes.values(), now=NOW, failures=2,
-                       config={**plain.config(), "SelectTypeParameters": "CR_CORE_MEMORY"})
+    fake = _LateReads(plain.jobs.values(), plain.nodes.values(), now=NOW, late="config", failures=2,
+                      config={**plain.config(), "SelectTypeParameters": "CR_CORE_MEMORY"})
     e = runner(tmp_path, fake)
     seen = []
     for _ in range(3):
         assert e.run_cycle().ok
         seen.append(e.job_defaults.memory_consumable)
     assert seen == [False, False, True] and fake.failures == 0
+
+
+def test_a_partitions_own_defaults_are_read_once_slurm_lists_them(tmp_path):
+    """Partition main gives 4 CPUs per GPU: a listing that failed at start is tried again
+    each cycle, and until it answers the cluster's settings stand."""
+    plain = cluster([pending("1", "alice", 1)])
+    fake = _LateReads(plain.jobs.values(), plain.nodes.values(), now=NOW, late="partitions", failures=2,
+                      partitions=[SlurmPartition("main", default=True, job_defaults="DefCpuPerGPU=4")])
+    e = runner(tmp_path, fake)
+    seen = []
+    for _ in range(3):
+        assert e.run_cycle().ok
+        seen.append(e.job_defaults.partitions)
+    assert seen == [{}, {}, {"main": JobDefaults(cpus_per_gpu=4)}] and fake.failures == 0

@@ -19,7 +19,8 @@ from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.journal import Journal
 from attentived.daemon.placements import PlacementTracker
 from attentived.daemon.prom import Metrics
-from attentived.daemon.records import SlurmJob, SlurmNode, SlurmVersion, Snapshot
+from attentived.daemon.records import SlurmJob, SlurmNode, SlurmParseError, SlurmVersion, Snapshot
+from attentived.daemon.scontrol_text import parse_partitions
 from attentived.daemon.slurm_json import parse_nodes, parse_sinfo, parse_squeue
 from attentived.daemon.snapshot import build_state
 from attentived.daemon.stability import stabilize
@@ -229,6 +230,49 @@ def test_cpus_under_a_per_gpu_default_are_what_slurm_allocates(version):
     got = {k: defaults.allocation(jobs[ids[k]])[0] for k in ids}
     assert got == {"default_running": 4, "default_held": 4, "c1_held": 1, "cpus_per_gpu1_held": 2}
     assert {k: JobDefaults().allocation(jobs[ids[k]])[0] for k in ids}["default_held"] == 1
+
+
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+def test_a_partitions_own_defaults_are_what_slurm_allocates_its_jobs(version):
+    """``squeue-partition-defaults.json`` (fixtures/README.md): the cluster gives 1 CPU per GPU
+    (CR_Core); partition ``cpudef`` 3, partition ``gpumem`` 2 and 2048 MB per GPU, and
+    allocates memory (its own CR_Core_Memory). slurmctld gave the running jobs exactly that;
+    the held ones, which it has not looked at, show 1 CPU and no memory."""
+    d = FIX.parent / version
+    ids = json.loads((d / "scenario-partition-defaults.json").read_text())
+    jobs = {j.job_id: j for j in parse_squeue((d / "squeue-partition-defaults.json").read_text()).jobs}
+    parts = parse_partitions((d / "scontrol-show-partition.txt").read_text())
+    assert [(p.name, p.default) for p in parts] == [("main", True), ("other", False), ("gpumem", False), ("cpudef", False)]
+    conf = {"SelectTypeParameters": "CR_CORE", "JobDefaults": "DefCpuPerGPU=1"}
+    defaults = JobDefaults.of(conf, parts)
+    assert defaults.partitions == {"gpumem": JobDefaults(True, 2048, 2), "cpudef": JobDefaults(False, 0, 3)}
+    got = {k: defaults.allocation(jobs[ids[k]]) for k in ids}
+    mem0 = (2, 0, True) if version == "slurm-22.05" else (2, 0, False)  # 24.11: a node's worth of --mem (README)
+    assert got == {"gpumem_running": (4, 2048, False), "cpudef_running": (6, 0, False), "main_running": (2, 0, False),
+                   "gpumem_mem0_node1": mem0, "cpudef_held": (6, 0, False), "gpumem_held": (4, 2048, False),
+                   "both_held": (6, 2048, False), "cpudef_c1_held": (1, 0, False)}
+    assert {r.cpus for r in (jobs[ids["cpudef_running"]], jobs[ids["gpumem_running"]])} == {6, 4}  # as planned
+    cluster_only = JobDefaults.of(conf)
+    assert cluster_only.allocation(jobs[ids["cpudef_held"]]) == (2, 0, False)  # what was planned before
+    assert (defaults.origin("cpudef", "cpus_per_gpu"), defaults.origin("main", "cpus_per_gpu")) == (
+        "partition cpudef's", "the cluster's")
+    assert defaults.origin("main,gpumem", "memory_consumable") == "partition gpumem's"
+    # a partition's own type replaces the cluster's only where that is a CR_Core/CR_Socket type
+    assert not JobDefaults.of({"SelectTypeParameters": "CR_CPU"}, parts).partitions["gpumem"].memory_consumable
+    assert not JobDefaults.of({"SelectTypeParameters": "CR_CORE_MEMORY"},
+                              [replace(parts[0], select_type="CR_CORE")]).partitions["main"].memory_consumable
+
+
+def test_partitions_text_is_read_where_the_json_leaves_the_defaults_out():
+    """24.11's ``scontrol show partition --json`` shows ``defaults.job`` empty and gpumem's
+    ``select_type`` without its memory flag (recorded); the text has both."""
+    d = FIX.parent / "slurm-24.11"
+    raw = {p["name"]: p for p in json.loads((d / "scontrol-show-partition.json").read_text())["partitions"]}
+    assert raw["gpumem"]["defaults"]["job"] == "" and raw["gpumem"]["select_type"] == ["CORE"]
+    text = {p.name: p for p in parse_partitions((d / "scontrol-show-partition.txt").read_text())}
+    assert (text["gpumem"].job_defaults, text["gpumem"].select_type) == ("DefCpuPerGPU=2,DefMemPerGPU=2048", "CR_CORE_MEMORY")
+    with pytest.raises(SlurmParseError, match="does not start with a record"):
+        parse_partitions("Nodes=node1 Default=YES\n")
 
 
 def test_memory_slurm_keeps_from_jobs_is_not_free():

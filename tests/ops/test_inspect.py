@@ -23,6 +23,7 @@ from attentived.agents.state import ClusterState, PendingJob, RunningJob
 from attentived.daemon import config as C
 from attentived.daemon.cycle import CycleRunner
 from attentived.daemon.journal import Journal
+from attentived.daemon.records import SlurmPartition
 from attentived.daemon.testing import FakeBackend
 from attentived.ops import inspect as ins
 from attentived.ops.explain import explain
@@ -477,3 +478,11 @@ def test_explain_says_when_slurm_will_allocate_more_memory_than_asked(tmp_path):
         assert (doc["job"]["cpus"], "cpus_from" in doc["job"]) == ((3, True) if "Cpu" in job_defaults else (0, False))
     doc = explain(c, "1", live(c, cluster([pending("1", "alice", 1)])))
     assert "memory_from" not in doc["job"] and doc["job"]["exclusive"] is False
+    plain = cluster([pending("1", "alice", 2)])
+    fake = FakeBackend.from_snapshot(plain.snapshot(), partitions=[
+        SlurmPartition("main", default=True, job_defaults="DefCpuPerGPU=3", select_type="CR_CORE_MEMORY")],
+        config={**plain.config(), "SelectTypeParameters": "CR_CORE"})
+    doc = explain(c, "1", live(c, fake))
+    assert (doc["job"]["cpus"], doc["job"]["exclusive"]) == (6, True)
+    assert doc["job"]["cpus_from"].startswith("partition main's DefCpuPerGPU"), doc["job"]
+    assert "(partition main's CR_*_Memory)" in doc["job"]["memory_from"], doc["job"]
