@@ -27,11 +27,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from .records import SlurmJob, SlurmPartition
 
 #: The cluster-wide types a partition's own SelectTypeParameters may replace (others ignore it).
 _PARTITION_TYPES = frozenset({"CR_CORE", "CR_CORE_MEMORY", "CR_SOCKET", "CR_SOCKET_MEMORY"})
+
+
+class Allocation(NamedTuple):
+    """What slurmctld gives a job (`JobDefaults.allocation`): a tuple, so that a queue of
+    thousands pays no record per job."""
+
+    cpus: int
+    mem_per_node: int
+    mem_per_cpu: int
+    mem_per_gpu: int
+    exclusive: bool  # its nodes whole: ``--exclusive``, or no memory asked where memory is allocated
 
 
 @dataclass(frozen=True)
@@ -80,27 +92,29 @@ class JobDefaults:
                and getattr(self.partitions[p], setting) != getattr(self, setting)]
         return f"partition {', '.join(own)}'s" if own else "the cluster's"
 
-    def allocation(self, job: SlurmJob) -> tuple[int, int, bool]:
-        """The CPUs and memory per GPU slurmctld gives ``job``, and whether it keeps its
-        nodes whole (``--exclusive``, or no memory asked where memory is allocated: a CPU
-        job too); ``job``'s own where it set them. Plain values, so that a queue of
-        thousands pays no new record per job."""
+    def allocation(self, job: SlurmJob) -> Allocation:
+        """The CPUs and memory slurmctld gives ``job``, and whether it keeps its nodes whole
+        (a CPU job too); ``job``'s own where it set them. A memory per GPU, the job's or a
+        default, replaces a default per node or CPU that squeue shows (``DefMemPerCPU``,
+        ``DefMemPerNode``, set at submission) unless the user set ``--mem`` or
+        ``--mem-per-cpu``: cons_tres relies on the GPUs' alone (``_verify_node_state``)."""
         d = self._for(job.partition) if self.partitions else self
         cpus = job.cpus
         if d.cpus_per_gpu and not job.cpus_set and job.gpus > 0:
             cpus = max(cpus, d.cpus_per_gpu * job.gpus)
+        per_gpu = job.mem_per_gpu or d.mem_per_gpu
+        if per_gpu and not job.mem_set and job.gpus > 0:
+            return Allocation(cpus, 0, 0, per_gpu, job.exclusive)
         if job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu:
-            return cpus, job.mem_per_gpu, job.exclusive
-        if d.mem_per_gpu and not job.mem_set and job.gpus > 0:
-            return cpus, d.mem_per_gpu, job.exclusive
-        return cpus, 0, job.exclusive or d.memory_consumable
+            return Allocation(cpus, job.mem_per_node, job.mem_per_cpu, job.mem_per_gpu, job.exclusive)
+        return Allocation(cpus, 0, 0, 0, job.exclusive or d.memory_consumable)
 
     def applied(self, job: SlurmJob) -> SlurmJob:
         """``job`` with the CPUs and memory slurmctld will allocate it (`allocation`)."""
-        cpus, mem_per_gpu, exclusive = self.allocation(job)
-        if (cpus, mem_per_gpu, exclusive) == (job.cpus, job.mem_per_gpu, job.exclusive):
+        got = self.allocation(job)
+        if got == (job.cpus, job.mem_per_node, job.mem_per_cpu, job.mem_per_gpu, job.exclusive):
             return job
-        return replace(job, cpus=cpus, mem_per_gpu=mem_per_gpu, exclusive=exclusive)
+        return replace(job, **got._asdict())
 
 
 def _given(job_defaults: str) -> dict[str, int]:

@@ -44,7 +44,7 @@ import numpy as np
 from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
 from attentived.topology import Topology, hostlist
 
-from .job_defaults import JobDefaults
+from .job_defaults import Allocation, JobDefaults
 from .others_reservations import OthersReservations
 from .records import SlurmJob, SlurmNode, SlurmReservation, Snapshot, in_partitions, job_number
 
@@ -198,7 +198,7 @@ def build_state(
             continue
         gpus = _job_gpus(job, topo, free, warnings) if job.gpus > 0 else ()
         free[list(gpus)] = False
-        active.append((job, gpus, defaults.allocation(job)[2]))
+        active.append((job, gpus, defaults.allocation(job).exclusive))
     kept = _kept_whole(active, topo, free)
     running: list[RunningJob] = []
     running_gpus: dict[str, tuple[int, ...]] = {}
@@ -301,20 +301,20 @@ def _partition_nodes(topo: Topology, slurm_nodes: Mapping[str, SlurmNode], field
     return out
 
 
-def _pending_job(job: SlurmJob, allocation: tuple[int, int, bool], submit_time: float, own_pin: tuple[str, ...] | None,
+def _pending_job(job: SlurmJob, allocation: Allocation, submit_time: float, own_pin: tuple[str, ...] | None,
                  own_exclusion: bool, avoid: tuple[str, ...]) -> PendingJob:
-    """A managed job as the policies see it, with the CPUs, memory per GPU and exclusivity
+    """A managed job as the policies see it, with the CPUs, memory and exclusivity
     slurmctld will give it (`JobDefaults.allocation`). Its node list is the user's only
     (the daemon's own pin is not a constraint); its exclusions are the user's (not the
     daemon's hold exclusion) plus the nodes where its planned start stalled."""
-    cpus, mem_per_gpu, exclusive = allocation
+    cpus, mem_per_node, mem_per_cpu, mem_per_gpu, exclusive = allocation
     users_pin = job.required_nodes if tuple(job.required_nodes) != tuple(own_pin or ()) else ()
     features = job.features if job.features not in ("", "(null)") else ""
     return PendingJob(
         job_id=job.job_id, user=job.user, num_gpus=job.gpus, submit_time=submit_time,
         time_limit=job.time_limit, num_nodes=_node_count(job),
-        model=job_model(job), partition=job.partition, cpus=cpus, mem_per_node=job.mem_per_node,
-        mem_per_cpu=job.mem_per_cpu, mem_per_gpu=mem_per_gpu, exclusive=exclusive, gpu_type=job.gpu_type,
+        model=job_model(job), partition=job.partition, cpus=cpus, mem_per_node=mem_per_node,
+        mem_per_cpu=mem_per_cpu, mem_per_gpu=mem_per_gpu, exclusive=exclusive, gpu_type=job.gpu_type,
         nodelist=tuple(users_pin),
         exclude=tuple(dict.fromkeys(((*job.excluded_nodes,) if not own_exclusion else ()) + tuple(avoid))),
         features=tuple(re.split(r"[&,]", features)) if _SIMPLE_FEATURES.fullmatch(features) else (),

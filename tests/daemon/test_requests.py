@@ -246,14 +246,14 @@ def test_a_partitions_own_defaults_are_what_slurm_allocates_its_jobs(version):
     conf = {"SelectTypeParameters": "CR_CORE", "JobDefaults": "DefCpuPerGPU=1"}
     defaults = JobDefaults.of(conf, parts)
     assert defaults.partitions == {"gpumem": JobDefaults(True, 2048, 2), "cpudef": JobDefaults(False, 0, 3)}
-    got = {k: defaults.allocation(jobs[ids[k]]) for k in ids}
+    got = {k: (a.cpus, a.mem_per_gpu, a.exclusive) for k in ids for a in [defaults.allocation(jobs[ids[k]])]}
     mem0 = (2, 0, True) if version == "slurm-22.05" else (2, 0, False)  # 24.11: a node's worth of --mem (README)
     assert got == {"gpumem_running": (4, 2048, False), "cpudef_running": (6, 0, False), "main_running": (2, 0, False),
                    "gpumem_mem0_node1": mem0, "cpudef_held": (6, 0, False), "gpumem_held": (4, 2048, False),
                    "both_held": (6, 2048, False), "cpudef_c1_held": (1, 0, False)}
     assert {r.cpus for r in (jobs[ids["cpudef_running"]], jobs[ids["gpumem_running"]])} == {6, 4}  # as planned
     cluster_only = JobDefaults.of(conf)
-    assert cluster_only.allocation(jobs[ids["cpudef_held"]]) == (2, 0, False)  # what was planned before
+    assert cluster_only.allocation(jobs[ids["cpudef_held"]]).cpus == 2  # what was planned before
     assert (defaults.origin("cpudef", "cpus_per_gpu"), defaults.origin("main", "cpus_per_gpu")) == (
         "partition cpudef's", "the cluster's")
     assert defaults.origin("main,gpumem", "memory_consumable") == "partition gpumem's"
@@ -261,6 +261,26 @@ def test_a_partitions_own_defaults_are_what_slurm_allocates_its_jobs(version):
     assert not JobDefaults.of({"SelectTypeParameters": "CR_CPU"}, parts).partitions["gpumem"].memory_consumable
     assert not JobDefaults.of({"SelectTypeParameters": "CR_CORE_MEMORY"},
                               [replace(parts[0], select_type="CR_CORE")]).partitions["main"].memory_consumable
+
+
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+def test_a_memory_per_gpu_default_replaces_a_default_per_cpu(version):
+    """``squeue-mem-per-cpu-default.json`` (fixtures/README.md): partition gpumem also sets
+    ``DefMemPerCPU=500``, which squeue shows on a held job from its submission. slurmctld
+    gave the running ``-c 2 --gres=gpu:2`` job gpumem's 2048 MB per GPU (``AllocMem=4096``),
+    not 1000: without the user's ``--mem`` or ``--mem-per-cpu`` the GPUs' memory is all."""
+    d = FIX.parent / version
+    ids = json.loads((d / "scenario-mem-per-cpu-default.json").read_text())
+    jobs = {j.job_id: j for j in parse_squeue((d / "squeue-mem-per-cpu-default.json").read_text()).jobs}
+    held = jobs[ids["held"]]
+    assert (held.mem_per_cpu, held.mem_per_gpu, held.mem_set) == (500, 0, False)
+    parts = parse_partitions((d / "scontrol-show-partition.txt").read_text())
+    defaults = JobDefaults.of({"SelectTypeParameters": "CR_CORE", "JobDefaults": "DefCpuPerGPU=1"}, parts)
+    want = (2, 0, 0, 2048, False)
+    assert defaults.allocation(held) == want and defaults.allocation(jobs[ids["running"]]) == want
+    assert JobDefaults().allocation(held) == (2, 0, 500, 0, False)  # no per-GPU default: the CPUs'
+    mine = replace(held, mem_set=True)  # the user's own --mem-per-cpu=500 stands
+    assert defaults.allocation(mine) == (2, 0, 500, 0, False)
 
 
 def test_partitions_text_is_read_where_the_json_leaves_the_defaults_out():
