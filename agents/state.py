@@ -94,6 +94,12 @@ def request(job: PendingJob) -> tuple:
             job.gpu_type, job.nodelist, job.exclude, job.features, job.partition)
 
 
+def deadline(start_time: float, time_limit: float | None) -> float:
+    """When a job started at ``start_time`` reaches its limit; -inf without one (nothing to
+    expect, so it counts as coming back at once)."""
+    return -math.inf if time_limit is None else start_time + time_limit
+
+
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job holding GPUs. Its expected end is ``start_time + time_limit`` when a limit exists.
@@ -116,7 +122,7 @@ class RunningJob:
     deadline: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "deadline", -math.inf if self.time_limit is None else self.start_time + self.time_limit)
+        object.__setattr__(self, "deadline", deadline(self.start_time, self.time_limit))
 
     @property
     def num_gpus(self) -> int:

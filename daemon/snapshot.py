@@ -34,14 +34,13 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats
+from attentived.agents.state import ClusterState, NodeCapacity, PendingJob, RunningJob, UserStats, deadline
 from attentived.topology import Topology, hostlist
 
 from .job_defaults import Allocation, JobDefaults
@@ -473,8 +472,7 @@ def _memory(job: SlurmJob) -> int:
 def _ends(job: SlurmJob) -> tuple[float, int]:
     """A running job's `RunningJob.deadline` (no limit: -inf, expected back at once), ties
     by job id."""
-    end = (job.start_time or 0.0) + job.time_limit if job.time_limit is not None else -math.inf
-    return end, job_number(job.job_id)
+    return deadline(job.start_time or 0.0, job.time_limit), job_number(job.job_id)
 
 
 def _job_gpus(job: SlurmJob, topo: Topology, free: np.ndarray, warnings: list[str]) -> tuple[int, ...]:
