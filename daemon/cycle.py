@@ -64,6 +64,11 @@ from .unregistered import Unregistered
 
 #: Seconds of decision after which the cycle reads Slurm back before applying.
 READ_BACK_AFTER = 0.5
+#: Seconds between reads of what slurmctld gives a job beyond its request (``scontrol show
+#: config``, ``scontrol -o show partition``): an operator's ``scontrol reconfigure`` or
+#: ``scontrol update PartitionName=...`` reaches the plan within this, without a reload;
+#: meanwhile a start slurmctld refuses for it is caught as a stall.
+SLURM_DEFAULTS_REFRESH = 300.0
 
 
 @dataclass
@@ -154,6 +159,7 @@ class CycleRunner:
         self.slurm_findings: list[Any] = []
         self.job_defaults = JobDefaults()  # what slurmctld allocates beyond what squeue shows
         self._config_read = False
+        self._config_read_at = 0.0  # time.monotonic() of the last read that answered
         self.setup_done = False
         self.seq = 0
         self.failures = 0
@@ -221,8 +227,8 @@ class CycleRunner:
     def setup(self) -> None:
         """What needs Slurm once: settings check, default partition, topology."""
         if self.setup_done:
-            if not self._config_read:  # what slurmctld allocates stays unknown until it reads
-                self._read_config(quiet=True)
+            if not self._config_read or time.monotonic() - self._config_read_at >= SLURM_DEFAULTS_REFRESH:
+                self._read_config(quiet=True)  # unknown until it reads; then read again now and then
             return
         conf, parts = self._read_config()
         if conf:
@@ -252,7 +258,8 @@ class CycleRunner:
 
     def _read_config(self, quiet: bool = False) -> tuple[dict[str, str], tuple[SlurmPartition, ...] | None]:
         """``scontrol show config`` and the partitions, and from them `JobDefaults` (kept as
-        they were when either cannot be read; `setup` tries again every cycle until both can)."""
+        they were when either cannot be read; `setup` tries again every cycle until both can,
+        and again every `SLURM_DEFAULTS_REFRESH` seconds)."""
         conf: dict[str, str] = {}
         parts = None
         try:
@@ -261,9 +268,12 @@ class CycleRunner:
         except SlurmError as e:
             if not quiet:
                 self.log.warning("slurm.config_unreadable", error=str(e))
-        self._config_read = bool(conf) and parts is not None
         if conf and parts is not None:
-            self.job_defaults = JobDefaults.of(conf, parts)
+            defaults = JobDefaults.of(conf, parts)
+            if self._config_read and defaults != self.job_defaults:
+                self.log.info("slurm.job_defaults_changed", before=repr(self.job_defaults), now=repr(defaults))
+            self.job_defaults, self._config_read_at = defaults, time.monotonic()
+        self._config_read = bool(conf) and parts is not None
         return conf, parts
 
     def permission_problem(self) -> str:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from attentived.cli import app
 from attentived.daemon import config as C
 from attentived.daemon import log as dlog
-from attentived.daemon.cycle import CycleRunner
+from attentived.daemon.cycle import SLURM_DEFAULTS_REFRESH, CycleRunner
 from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.notify import Notifier
 from attentived.daemon.records import CommandResult, SlurmCommandError, SlurmError, SlurmParseError, SlurmPartition
@@ -467,3 +467,16 @@ def test_a_partitions_own_defaults_are_read_once_slurm_lists_them(tmp_path):
         assert e.run_cycle().ok
         seen.append(e.job_defaults.partitions)
     assert seen == [{}, {}, {"main": JobDefaults(cpus_per_gpu=4)}] and fake.failures == 0
+
+
+def test_a_partition_changed_in_slurm_reaches_the_plan_without_a_reload(tmp_path):
+    """``scontrol update PartitionName=main JobDefaults=DefCpuPerGPU=4`` on a running daemon:
+    what slurmctld gives its jobs is read again every SLURM_DEFAULTS_REFRESH seconds."""
+    plain = cluster([pending("1", "alice", 1)])
+    fake = FakeBackend(plain.jobs.values(), plain.nodes.values(), now=NOW)
+    e = runner(tmp_path, fake)
+    assert e.run_cycle().ok and e.job_defaults.partitions == {}
+    fake.partition_records = (SlurmPartition("main", default=True, job_defaults="DefCpuPerGPU=4"),)
+    assert e.run_cycle().ok and e.job_defaults.partitions == {}  # not every cycle
+    e._config_read_at -= SLURM_DEFAULTS_REFRESH
+    assert e.run_cycle().ok and e.job_defaults.partitions == {"main": JobDefaults(cpus_per_gpu=4)}
