@@ -86,7 +86,7 @@ case "$name $*" in
   "scontrol show reservation --json") cat "$STUB_DIR/scontrol-show-reservation.json" ;;
   "scontrol -o show reservation") cat "$STUB_DIR/scontrol-show-reservation.txt" ;;
   "scontrol show config") cat "$STUB_CONFIG" ;;
-  "scontrol -o show partition") echo "PartitionName=main Default=YES" ;;
+  "scontrol -a -o show partition") echo "PartitionName=main Default=YES" ;;
   "scontrol ") cat > /dev/null ;;
   scontrol*) exit 0 ;;
   *) echo "stub: unexpected $name $*" >&2; exit 2 ;;

@@ -141,7 +141,7 @@ class CliBackend(BackendMixin):
         return scontrol_text.parse_config(self.run(["scontrol", "show", "config"]).stdout)
 
     def partitions(self) -> tuple[SlurmPartition, ...]:
-        return scontrol_text.parse_partitions(self.run(["scontrol", "-o", "show", "partition"]).stdout)
+        return scontrol_text.parse_partitions(self.run(["scontrol", "-a", "-o", "show", "partition"]).stdout)  # -a: hidden ones too
 
     def read_commands(self) -> dict[str, list[str]]:
         """The argv of each read the snapshot makes, for this Slurm version."""

@@ -65,7 +65,7 @@ from .unregistered import Unregistered
 #: Seconds of decision after which the cycle reads Slurm back before applying.
 READ_BACK_AFTER = 0.5
 #: Seconds between reads of what slurmctld gives a job beyond its request (``scontrol show
-#: config``, ``scontrol -o show partition``): an operator's ``scontrol reconfigure`` or
+#: config``, ``scontrol -a -o show partition``): an operator's ``scontrol reconfigure`` or
 #: ``scontrol update PartitionName=...`` reaches the plan within this, without a reload;
 #: meanwhile a start slurmctld refuses for it is caught as a stall.
 SLURM_DEFAULTS_REFRESH = 300.0
@@ -160,6 +160,7 @@ class CycleRunner:
         self.job_defaults = JobDefaults()  # what slurmctld allocates beyond what squeue shows
         self._config_read = False
         self._config_read_at = 0.0  # time.monotonic() of the last read that answered
+        self._partitions_seen: tuple[SlurmPartition, ...] = ()  # the last listing that answered
         self.setup_done = False
         self.seq = 0
         self.failures = 0
@@ -268,12 +269,15 @@ class CycleRunner:
         except SlurmError as e:
             if not quiet:
                 self.log.warning("slurm.config_unreadable", error=str(e))
-        if conf and parts is not None:
-            defaults = JobDefaults.of(conf, parts)
+        if conf:  # without a listing, the cluster's settings and the partitions last listed
+            self._partitions_seen = parts if parts is not None else self._partitions_seen
+            defaults = JobDefaults.of(conf, self._partitions_seen)
             if self._config_read and defaults != self.job_defaults:
                 self.log.info("slurm.job_defaults_changed", before=repr(self.job_defaults), now=repr(defaults))
-            self.job_defaults, self._config_read_at = defaults, time.monotonic()
+            self.job_defaults = defaults
         self._config_read = bool(conf) and parts is not None
+        if self._config_read:
+            self._config_read_at = time.monotonic()
         return conf, parts
 
     def permission_problem(self) -> str:

@@ -15,7 +15,7 @@ refuses them while GPUs idle:
   idle one, whatever its size, and nothing else starts on it until the job ends: the job is
   planned, and kept, as ``--exclusive``.
 
-A partition may set its own (``scontrol -o show partition``): ``JobDefaults`` replace the
+A partition may set its own (``scontrol -a -o show partition``): ``JobDefaults`` replace the
 cluster's key by key for its jobs, and its ``SelectTypeParameters`` replace whether memory is
 allocated where the cluster's is a ``CR_Core``/``CR_Socket`` type (cons_tres
 ``_set_gpu_defaults`` and ``_setup_cr_type``; recorded on 22.05 and 24.11,
@@ -48,20 +48,21 @@ class Allocation(NamedTuple):
 
 @dataclass(frozen=True)
 class JobDefaults:
-    memory_consumable: bool = False
+    #: whether slurmctld allocates memory (``CR_*_Memory``); None: not known (the config
+    #: not read), so memory is planned as asked
+    memory_consumable: bool | None = None
     mem_per_gpu: int = 0  # MB, the cluster's DefMemPerGPU (0: none)
     cpus_per_gpu: int = 0  # the cluster's DefCpuPerGPU (0: none)
     #: the partitions that give their jobs otherwise, with what they give (the cluster's
     #: settings where they set none)
     partitions: Mapping[str, JobDefaults] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_of_field", {})  # a job's partition field -> its defaults
-
     @classmethod
     def of(cls, slurm_config: Mapping[str, str], partitions: Iterable[SlurmPartition] = ()) -> JobDefaults:
         """From ``scontrol show config`` (empty when it could not be read: nothing known) and
-        the partitions (``scontrol -o show partition``)."""
+        the partitions (``scontrol -a -o show partition``)."""
+        if not slurm_config:
+            return cls()
         select = slurm_config.get("SelectTypeParameters", "").upper()
         given = _given(slurm_config.get("JobDefaults", ""))
         cluster = cls("MEMORY" in select, given.get("DefMemPerGPU", 0), given.get("DefCpuPerGPU", 0))
@@ -75,39 +76,60 @@ class JobDefaults:
                 own[p.name] = mine
         return replace(cluster, partitions=own)
 
-    def _for(self, partition: str) -> JobDefaults:
-        """The defaults of a job's ``partition`` field (``a,b``: the most any of them gives)."""
-        known: dict[str, JobDefaults] = self._of_field  # type: ignore[attr-defined]
-        found = known.get(partition)
-        if found is None:
-            each = [self.partitions.get(p, self) for p in partition.split(",") if p] or [self]
-            found = known[partition] = JobDefaults(any(d.memory_consumable for d in each),
-                                                   max(d.mem_per_gpu for d in each), max(d.cpus_per_gpu for d in each))
-        return found
+    def _scopes(self, partition: str) -> list[tuple[str, JobDefaults]]:
+        """(name, defaults) of each partition of a job's ``partition`` field (``a,b``); the
+        cluster's ("") where a partition sets nothing of its own."""
+        return [(p, self.partitions[p]) if p in self.partitions else ("", self) for p in partition.split(",") if p] or [("", self)]
 
     def origin(self, partition: str, setting: str) -> str:
-        """Whose ``setting`` (a field name) a job of ``partition`` gets: "the cluster's" or
-        "partition gpu's" (for ``explain``)."""
-        own = [p for p in partition.split(",") if p in self.partitions
-               and getattr(self.partitions[p], setting) != getattr(self, setting)]
-        return f"partition {', '.join(own)}'s" if own else "the cluster's"
+        """Whose ``setting`` (a field name) a job of ``partition`` is planned with, the most
+        of its partitions': "the cluster's" or "partition gpu's" (for ``explain``)."""
+        cluster = getattr(self, setting)
+        scopes = [(name if getattr(d, setting) != cluster else "", getattr(d, setting) or 0)
+                  for name, d in self._scopes(partition)]
+        most = max(value for _name, value in scopes)
+        names = list(dict.fromkeys(name for name, value in scopes if value == most))
+        return "the cluster's" if "" in names else f"partition {', '.join(names)}'s"
 
     def allocation(self, job: SlurmJob) -> Allocation:
         """The CPUs and memory slurmctld gives ``job``, and whether it keeps its nodes whole
-        (a CPU job too); ``job``'s own where it set them. A memory per GPU, the job's or a
-        default, replaces a default per node or CPU that squeue shows (``DefMemPerCPU``,
-        ``DefMemPerNode``, set at submission) unless the user set ``--mem`` or
-        ``--mem-per-cpu``: cons_tres relies on the GPUs' alone (``_verify_node_state``)."""
-        d = self._for(job.partition) if self.partitions else self
+        (a CPU job too); ``job``'s own where it set them. A job of several partitions that
+        give otherwise is planned with the most of each, since a pinned node may be in only
+        one of them."""
+        if not self.partitions:
+            return self._allocation(job, self)
+        scopes = self._scopes(job.partition)
+        if len(scopes) == 1:
+            return self._allocation(job, scopes[0][1])
+        each = [self._allocation(job, d) for _name, d in scopes]
+        return Allocation(max(a.cpus for a in each), max(a.mem_per_node for a in each), max(a.mem_per_cpu for a in each),
+                          max(a.mem_per_gpu for a in each), any(a.exclusive for a in each))
+
+    @staticmethod
+    def _allocation(job: SlurmJob, d: JobDefaults) -> Allocation:
+        """`allocation` under one partition's defaults ``d``.
+
+        A memory per GPU, the job's or a default, replaces a default per node or CPU that
+        squeue shows (``DefMemPerCPU``, ``DefMemPerNode``, set at submission) unless the
+        user set ``--mem`` or ``--mem-per-cpu``: cons_tres relies on the GPUs' alone. Until
+        slurmctld has tested the job (no memory per GPU shown yet), its first test checks the
+        shown default before it sets the per-GPU one (``_verify_node_state`` runs before
+        ``_set_gpu_defaults``), so the larger of the two is planned. Where the partition
+        allocates no memory, none is planned: slurmctld checks none."""
         cpus = job.cpus
         if d.cpus_per_gpu and not job.cpus_set and job.gpus > 0:
             cpus = max(cpus, d.cpus_per_gpu * job.gpus)
+        if d.memory_consumable is False:
+            return Allocation(cpus, 0, 0, 0, job.exclusive)
         per_gpu = job.mem_per_gpu or d.mem_per_gpu
         if per_gpu and not job.mem_set and job.gpus > 0:
-            return Allocation(cpus, 0, 0, per_gpu, job.exclusive)
+            shown = job.mem_per_node * max(1, job.num_nodes) + job.mem_per_cpu * cpus
+            if job.mem_per_gpu or shown <= per_gpu * job.gpus:
+                return Allocation(cpus, 0, 0, per_gpu, job.exclusive)
+            return Allocation(cpus, job.mem_per_node, job.mem_per_cpu, 0, job.exclusive)
         if job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu:
             return Allocation(cpus, job.mem_per_node, job.mem_per_cpu, job.mem_per_gpu, job.exclusive)
-        return Allocation(cpus, 0, 0, 0, job.exclusive or d.memory_consumable)
+        return Allocation(cpus, 0, 0, 0, job.exclusive or bool(d.memory_consumable))
 
     def applied(self, job: SlurmJob) -> SlurmJob:
         """``job`` with the CPUs and memory slurmctld will allocate it (`allocation`)."""

@@ -241,7 +241,7 @@ class SlurmReservation:
 
 @dataclass(frozen=True)
 class SlurmPartition:
-    """A partition as ``scontrol -o show partition`` shows it: whether it is the default, and
+    """A partition as ``scontrol -a -o show partition`` shows it: whether it is the default, and
     what it gives its jobs beyond what they ask (``daemon.job_defaults``)."""
 
     name: str

@@ -160,7 +160,7 @@ def parse_reservations(text: str, source: str = "scontrol -o show reservation") 
 
 
 def parse_partitions(text: str) -> tuple[SlurmPartition, ...]:
-    """``scontrol -o show partition``: the same text on 22.05 and 24.11. (24.11's ``--json``
+    """``scontrol -a -o show partition``: the same text on 22.05 and 24.11. (24.11's ``--json``
     shows ``defaults.job`` empty and ``select_type`` without its memory flag, recorded in
     tests/daemon/fixtures/README.md, so it is not used.)"""
     out = []

@@ -38,7 +38,7 @@ case "$name $*" in
   "scontrol show reservation --json") cat "$STUB_FIX/scontrol-show-reservation.json" ;;
   "scontrol -o show reservation") cat "$STUB_FIX/scontrol-show-reservation.txt" ;;
   "scontrol show config") cat "$STUB_FIX/scontrol-show-config.txt" ;;
-  "scontrol -o show partition") echo "PartitionName=other Default=NO"; echo "PartitionName=main Default=YES" ;;
+  "scontrol -a -o show partition") echo "PartitionName=other Default=NO"; echo "PartitionName=main Default=YES" ;;
   "scontrol sleep") sleep 5 ;;
   "scontrol ") rc=0
      while IFS= read -r line; do

@@ -452,7 +452,7 @@ def test_what_slurm_allocates_is_read_once_the_config_answers(tmp_path):
     for _ in range(3):
         assert e.run_cycle().ok
         seen.append(e.job_defaults.memory_consumable)
-    assert seen == [False, False, True] and fake.failures == 0
+    assert seen == [None, None, True] and fake.failures == 0
 
 
 def test_a_partitions_own_defaults_are_read_once_slurm_lists_them(tmp_path):
@@ -460,13 +460,16 @@ def test_a_partitions_own_defaults_are_read_once_slurm_lists_them(tmp_path):
     each cycle, and until it answers the cluster's settings stand."""
     plain = cluster([pending("1", "alice", 1)])
     fake = _LateReads(plain.jobs.values(), plain.nodes.values(), now=NOW, late="partitions", failures=2,
+                      config={**plain.config(), "JobDefaults": "DefCpuPerGPU=1"},
                       partitions=[SlurmPartition("main", default=True, job_defaults="DefCpuPerGPU=4")])
     e = runner(tmp_path, fake)
     seen = []
     for _ in range(3):
         assert e.run_cycle().ok
-        seen.append(e.job_defaults.partitions)
-    assert seen == [{}, {}, {"main": JobDefaults(cpus_per_gpu=4)}] and fake.failures == 0
+        seen.append(e.job_defaults)
+    cluster_only = JobDefaults(False, cpus_per_gpu=1)
+    assert seen == [cluster_only, cluster_only, replace(cluster_only, partitions={"main": JobDefaults(False, cpus_per_gpu=4)})]
+    assert fake.failures == 0
 
 
 def test_a_partition_changed_in_slurm_reaches_the_plan_without_a_reload(tmp_path):
@@ -479,4 +482,4 @@ def test_a_partition_changed_in_slurm_reaches_the_plan_without_a_reload(tmp_path
     fake.partition_records = (SlurmPartition("main", default=True, job_defaults="DefCpuPerGPU=4"),)
     assert e.run_cycle().ok and e.job_defaults.partitions == {}  # not every cycle
     e._config_read_at -= SLURM_DEFAULTS_REFRESH
-    assert e.run_cycle().ok and e.job_defaults.partitions == {"main": JobDefaults(cpus_per_gpu=4)}
+    assert e.run_cycle().ok and e.job_defaults.partitions == {"main": JobDefaults(False, cpus_per_gpu=4)}

@@ -19,7 +19,7 @@ from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.journal import Journal
 from attentived.daemon.placements import PlacementTracker
 from attentived.daemon.prom import Metrics
-from attentived.daemon.records import SlurmJob, SlurmNode, SlurmParseError, SlurmVersion, Snapshot
+from attentived.daemon.records import SlurmJob, SlurmNode, SlurmParseError, SlurmPartition, SlurmVersion, Snapshot
 from attentived.daemon.scontrol_text import parse_partitions
 from attentived.daemon.slurm_json import parse_nodes, parse_sinfo, parse_squeue
 from attentived.daemon.snapshot import build_state
@@ -226,7 +226,7 @@ def test_cpus_under_a_per_gpu_default_are_what_slurm_allocates(version):
     ids = json.loads((d / "scenario-cpu-defaults.json").read_text())
     jobs = {j.job_id: j for j in parse_squeue((d / "squeue-cpu-defaults.json").read_text()).jobs}
     defaults = JobDefaults.of({"JobDefaults": "DefCpuPerGPU=2"})
-    assert defaults == JobDefaults(cpus_per_gpu=2)
+    assert defaults == JobDefaults(False, cpus_per_gpu=2)
     got = {k: defaults.allocation(jobs[ids[k]])[0] for k in ids}
     assert got == {"default_running": 4, "default_held": 4, "c1_held": 1, "cpus_per_gpu1_held": 2}
     assert {k: JobDefaults().allocation(jobs[ids[k]])[0] for k in ids}["default_held"] == 1
@@ -248,6 +248,7 @@ def test_a_partitions_own_defaults_are_what_slurm_allocates_its_jobs(version):
     assert defaults.partitions == {"gpumem": JobDefaults(True, 2048, 2), "cpudef": JobDefaults(False, 0, 3)}
     got = {k: (a.cpus, a.mem_per_gpu, a.exclusive) for k in ids for a in [defaults.allocation(jobs[ids[k]])]}
     mem0 = (2, 0, True) if version == "slurm-22.05" else (2, 0, False)  # 24.11: a node's worth of --mem (README)
+    assert defaults.allocation(jobs[ids["gpumem_mem0_node1"]]).mem_per_node == (0 if version == "slurm-22.05" else 64000)
     assert got == {"gpumem_running": (4, 2048, False), "cpudef_running": (6, 0, False), "main_running": (2, 0, False),
                    "gpumem_mem0_node1": mem0, "cpudef_held": (6, 0, False), "gpumem_held": (4, 2048, False),
                    "both_held": (6, 2048, False), "cpudef_c1_held": (1, 0, False)}
@@ -278,9 +279,33 @@ def test_a_memory_per_gpu_default_replaces_a_default_per_cpu(version):
     defaults = JobDefaults.of({"SelectTypeParameters": "CR_CORE", "JobDefaults": "DefCpuPerGPU=1"}, parts)
     want = (2, 0, 0, 2048, False)
     assert defaults.allocation(held) == want and defaults.allocation(jobs[ids["running"]]) == want
+    node = (d / "scontrol-show-node-mem-per-cpu-default.txt").read_text()
+    assert "NodeName=node4" in node and f"AllocMem={want[3] * held.gpus}" in node  # what slurmctld allocated
+    # untested, slurmctld checks the shown default first: the larger of the two is planned
+    assert defaults.allocation(replace(held, mem_per_cpu=3000)) == (2, 0, 3000, 0, False)
     assert JobDefaults().allocation(held) == (2, 0, 500, 0, False)  # no per-GPU default: the CPUs'
     mine = replace(held, mem_set=True)  # the user's own --mem-per-cpu=500 stands
     assert defaults.allocation(mine) == (2, 0, 500, 0, False)
+
+
+def test_a_job_of_several_partitions_is_planned_for_each_of_them():
+    """``-p a,b``: a pinned node may be in one partition only, so the plan must suit each.
+    Cluster CR_Core; ``a`` allocates memory and gives no default (a job asking none takes
+    whole nodes there), ``b`` gives 8192 MB per GPU; ``c`` allocates none."""
+    conf = {"SelectTypeParameters": "CR_CORE_MEMORY,CR_ONE_TASK_PER_CORE", "JobDefaults": "DefCpuPerGPU=4"}
+    parts = [SlurmPartition("a", select_type="CR_CORE_MEMORY", job_defaults="DefCpuPerGPU=1"),
+             SlurmPartition("b", job_defaults="DefMemPerGPU=8192"), SlurmPartition("c", select_type="CR_CORE")]
+    defaults = JobDefaults.of(conf, parts)
+    assert defaults.partitions["c"].memory_consumable is False  # the cluster's type is a CR_Core one
+    job = SlurmJob("1", user="alice", partition="a,b", gpus=2, cpus=1)
+    assert defaults.allocation(job) == (8, 0, 0, 8192, True)
+    assert defaults.allocation(replace(job, partition="a")) == (2, 0, 0, 0, True)
+    assert defaults.origin("a,b", "cpus_per_gpu") == "the cluster's"  # b has none of its own: the cluster's 4
+    assert defaults.origin("a,b", "mem_per_gpu") == "partition b's"
+    # where the partition allocates no memory, slurmctld checks none: other partitions' jobs
+    # holding a node's memory do not keep this one off it
+    assert defaults.allocation(replace(job, partition="c", mem_per_node=4000, mem_set=True)) == (8, 0, 0, 0, False)
+    assert JobDefaults().allocation(replace(job, mem_per_node=4000, mem_set=True)).mem_per_node == 4000  # not known
 
 
 def test_partitions_text_is_read_where_the_json_leaves_the_defaults_out():
