@@ -198,16 +198,16 @@ def test_slurm_json_deep_nesting_is_a_parse_error() -> None:
 
 
 # ---- scontrol -o text ---------------------------------------------------------------------
-SC_JOBS = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-job.txt") + _texts(DAEMON_FX / "slurm-22.05", "squeue.txt")
-SC_NODES = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-nodes.txt")
 SC_RESV = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-reservation.txt")
+SC_PART = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-partition.txt") + _texts(
+    DAEMON_FX / "slurm-24.11", "scontrol-show-partition.txt")
 SC_CONF = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-config.txt")
 
 
 @FUZZ
-@given(mutated(SC_JOBS + SC_NODES + SC_RESV))
+@given(mutated(SC_RESV + SC_PART))
 def test_scontrol_text_mutations(text: str) -> None:
-    for fn in (scontrol_text.parse_jobs, scontrol_text.parse_nodes, scontrol_text.parse_reservations):
+    for fn in (scontrol_text.parse_reservations, scontrol_text.parse_partitions):
         try:
             fn(text)
         except SlurmParseError:

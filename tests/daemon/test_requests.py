@@ -318,6 +318,8 @@ def test_partitions_text_is_read_where_the_json_leaves_the_defaults_out():
     assert (text["gpumem"].job_defaults, text["gpumem"].select_type) == ("DefCpuPerGPU=2,DefMemPerGPU=2048", "CR_CORE_MEMORY")
     with pytest.raises(SlurmParseError, match="does not start with a record"):
         parse_partitions("Nodes=node1 Default=YES\n")
+    with pytest.raises(SlurmParseError, match="without PartitionName"):
+        parse_partitions("ReservationName=a\n")
 
 
 def test_memory_slurm_keeps_from_jobs_is_not_free():
