@@ -167,7 +167,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
                                "CR_*_Memory): all of each node's, so whole nodes")
     elif (sj.mem_per_node, sj.mem_per_cpu) != (asked.mem_per_node, asked.mem_per_cpu):
         base["memory_from"] = ("its memory per GPU, which replaces a default per CPU or node the user did not set"
-                               if sj.mem_per_gpu else "nothing: where Slurm allocates no memory it checks none")
+                               if sj.mem_per_gpu else "none planned: Slurm allocates no memory here (CR_Core), so it checks none")
     fair = fairness(state, sj.user)
     if not sj.pending:
         topo = live.topology
