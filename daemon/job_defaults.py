@@ -48,9 +48,7 @@ class Allocation(NamedTuple):
 
 @dataclass(frozen=True)
 class JobDefaults:
-    #: whether slurmctld allocates memory (``CR_*_Memory``); None: not known (the config
-    #: not read), so memory is planned as asked
-    memory_consumable: bool | None = None
+    memory_consumable: bool = False  # slurmctld allocates memory (``CR_*_Memory``)
     mem_per_gpu: int = 0  # MB, the cluster's DefMemPerGPU (0: none)
     cpus_per_gpu: int = 0  # the cluster's DefCpuPerGPU (0: none)
     #: the partitions that give their jobs otherwise, with what they give (the cluster's
@@ -61,8 +59,6 @@ class JobDefaults:
     def of(cls, slurm_config: Mapping[str, str], partitions: Iterable[SlurmPartition] = ()) -> JobDefaults:
         """From ``scontrol show config`` (empty when it could not be read: nothing known) and
         the partitions (``scontrol -a -o show partition``)."""
-        if not slurm_config:
-            return cls()
         select = slurm_config.get("SelectTypeParameters", "").upper()
         given = _given(slurm_config.get("JobDefaults", ""))
         cluster = cls("MEMORY" in select, given.get("DefMemPerGPU", 0), given.get("DefCpuPerGPU", 0))
@@ -85,25 +81,34 @@ class JobDefaults:
         """Whose ``setting`` (a field name) a job of ``partition`` is planned with, the most
         of its partitions': "the cluster's" or "partition gpu's" (for ``explain``)."""
         cluster = getattr(self, setting)
-        scopes = [(name if getattr(d, setting) != cluster else "", getattr(d, setting) or 0)
-                  for name, d in self._scopes(partition)]
+        scopes = [(name if getattr(d, setting) != cluster else "", getattr(d, setting)) for name, d in self._scopes(partition)]
         most = max(value for _name, value in scopes)
         names = list(dict.fromkeys(name for name, value in scopes if value == most))
         return "the cluster's" if "" in names else f"partition {', '.join(names)}'s"
+
+    def allocates_memory(self, partition: str) -> bool:
+        """Whether slurmctld allocates memory to the jobs of ``partition`` (a running job's
+        partition): a job where it does not holds none of a node's memory, so none comes
+        back when it ends."""
+        return any(d.memory_consumable for _name, d in self._scopes(partition))
 
     def allocation(self, job: SlurmJob) -> Allocation:
         """The CPUs and memory slurmctld gives ``job``, and whether it keeps its nodes whole
         (a CPU job too); ``job``'s own where it set them. A job of several partitions that
         give otherwise is planned with the most of each, since a pinned node may be in only
-        one of them."""
+        one of them.
+
+        The memory is of one kind, per node, per CPU or per GPU, as `agents.fit` checks it.
+        Where more than one must hold (each partition's, or before slurmctld has tested the
+        job, below), it is the one kind that covers them all (`_covering`)."""
         if not self.partitions:
             return self._allocation(job, self)
         scopes = self._scopes(job.partition)
         if len(scopes) == 1:
             return self._allocation(job, scopes[0][1])
         each = [self._allocation(job, d) for _name, d in scopes]
-        return Allocation(max(a.cpus for a in each), max(a.mem_per_node for a in each), max(a.mem_per_cpu for a in each),
-                          max(a.mem_per_gpu for a in each), any(a.exclusive for a in each))
+        cpus = max(a.cpus for a in each)
+        return Allocation(cpus, *_covering(job, cpus, [a[1:4] for a in each]), any(a.exclusive for a in each))
 
     @staticmethod
     def _allocation(job: SlurmJob, d: JobDefaults) -> Allocation:
@@ -114,22 +119,21 @@ class JobDefaults:
         user set ``--mem`` or ``--mem-per-cpu``: cons_tres relies on the GPUs' alone. Until
         slurmctld has tested the job (no memory per GPU shown yet), its first test checks the
         shown default before it sets the per-GPU one (``_verify_node_state`` runs before
-        ``_set_gpu_defaults``), so the larger of the two is planned. Where the partition
-        allocates no memory, none is planned: slurmctld checks none."""
+        ``_set_gpu_defaults``), so both are planned for. Memory is planned where the partition
+        allocates none too: slurmctld still checks a request per node against each node's
+        configured memory (``_build_node_list``)."""
         cpus = job.cpus
         if d.cpus_per_gpu and not job.cpus_set and job.gpus > 0:
             cpus = max(cpus, d.cpus_per_gpu * job.gpus)
-        if d.memory_consumable is False:
-            return Allocation(cpus, 0, 0, 0, job.exclusive)
         per_gpu = job.mem_per_gpu or d.mem_per_gpu
         if per_gpu and not job.mem_set and job.gpus > 0:
-            shown = job.mem_per_node * max(1, job.num_nodes) + job.mem_per_cpu * cpus
-            if job.mem_per_gpu or shown <= per_gpu * job.gpus:
+            if job.mem_per_gpu:  # tested: the per-GPU memory is all
                 return Allocation(cpus, 0, 0, per_gpu, job.exclusive)
-            return Allocation(cpus, job.mem_per_node, job.mem_per_cpu, 0, job.exclusive)
+            shown = (job.mem_per_node, job.mem_per_cpu, 0)
+            return Allocation(cpus, *_covering(job, cpus, [shown, (0, 0, per_gpu)]), job.exclusive)
         if job.mem_per_node or job.mem_per_cpu or job.mem_per_gpu:
             return Allocation(cpus, job.mem_per_node, job.mem_per_cpu, job.mem_per_gpu, job.exclusive)
-        return Allocation(cpus, 0, 0, 0, job.exclusive or bool(d.memory_consumable))
+        return Allocation(cpus, 0, 0, 0, job.exclusive or d.memory_consumable)
 
     def applied(self, job: SlurmJob) -> SlurmJob:
         """``job`` with the CPUs and memory slurmctld will allocate it (`allocation`)."""
@@ -137,6 +141,25 @@ class JobDefaults:
         if got == (job.cpus, job.mem_per_node, job.mem_per_cpu, job.mem_per_gpu, job.exclusive):
             return job
         return replace(job, **got._asdict())
+
+
+def _covering(job: SlurmJob, cpus: int, asks: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """One memory of one kind (per node, per CPU, per GPU) at least each of ``asks`` (each
+    of one kind or none) on any node the job may take: per GPU where all are; per CPU where
+    none is per node, a GPU's memory counted on the fewest CPUs that come with it; per node
+    otherwise, at the most GPUs the job may put on one node (its share when its node count
+    is fixed, else all of them)."""
+    asks = [a for a in asks if any(a)]
+    if len({(a[0] > 0, a[1] > 0) for a in asks}) <= 1:  # one kind (or none): the most of it
+        return (max((a[0] for a in asks), default=0), max((a[1] for a in asks), default=0),
+                max((a[2] for a in asks), default=0))
+    gpus, cpus = job.gpus, max(1, cpus)
+    if not any(a[0] for a in asks):  # per CPU and per GPU: k GPUs come with at least cpus*k/gpus CPUs
+        return 0, max(a[1] or -(-a[2] * gpus // cpus) for a in asks), 0
+    split = job.num_nodes if job.num_nodes > 1 and gpus % job.num_nodes == 0 else 1
+    k = job.gpus_per_node if job.per_node_fixed and job.gpus_per_node else gpus // split
+    on_node = -(-cpus * k // gpus) if gpus else cpus  # the CPUs that come with k GPUs (proportionally)
+    return max(a[0] + a[1] * on_node + a[2] * k for a in asks), 0, 0
 
 
 def _given(job_defaults: str) -> dict[str, int]:

@@ -198,14 +198,14 @@ def build_state(
         gpus = _job_gpus(job, topo, free, warnings) if job.gpus > 0 else ()
         free[list(gpus)] = False
         active.append((job, gpus, defaults.allocation(job).exclusive))
-    kept = _kept_whole(active, topo, free)
+    kept = _kept_whole(active, topo, free, defaults)
     running: list[RunningJob] = []
     running_gpus: dict[str, tuple[int, ...]] = {}
     for job, allocated, _apart in active:
         if allocated:
             running_gpus[job.job_id] = allocated
         gpus, cpus = allocated, job.cpus
-        mem = _memory(job)
+        mem = _memory(job, defaults)
         if job.job_id in kept.lose:
             gpus = tuple(g for g in gpus if g not in kept.lose[job.job_id])
             if not gpus:
@@ -409,7 +409,8 @@ class KeptWhole:
     alone: set[str]
 
 
-def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...], bool]], topo: Topology, free: np.ndarray) -> KeptWhole:
+def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...], bool]], topo: Topology, free: np.ndarray,
+                defaults: JobDefaults) -> KeptWhole:
     """Who gives back an exclusive job's nodes, and when (marks their free GPUs not free).
 
     ``active``: each running job, its GPUs, and whether it keeps its nodes to itself
@@ -457,15 +458,19 @@ def _kept_whole(active: list[tuple[SlurmJob, tuple[int, ...], bool]], topo: Topo
                 taken.extend(mine)
                 if len(mine) == len(gpus):
                     out.cpus[owner.job_id] = out.cpus.get(owner.job_id, 0) + job.cpus
-                    out.mem[owner.job_id] = out.mem.get(owner.job_id, 0) + _memory(job)
+                    out.mem[owner.job_id] = out.mem.get(owner.job_id, 0) + _memory(job, defaults)
         if taken:
             out.gain.setdefault(owner.job_id, []).extend(taken)
     out.alone.update(job.job_id for job, _gpus, keeps in active if keeps and job.job_id not in shared)
     return out
 
 
-def _memory(job: SlurmJob) -> int:
-    """A running job's memory in all (MB): per node, per CPU or per GPU, as it asked."""
+def _memory(job: SlurmJob, defaults: JobDefaults) -> int:
+    """A running job's memory in all (MB): per node, per CPU or per GPU, as it asked; none
+    where its partition allocates no memory (slurmctld's AllocMem leaves it out, so none
+    comes back when it ends)."""
+    if not defaults.allocates_memory(job.partition):
+        return 0
     return job.mem_per_node * max(1, len(job.nodes)) + job.mem_per_cpu * job.cpus + job.mem_per_gpu * job.gpus
 
 

@@ -166,8 +166,7 @@ def explain(cfg: cfgmod.Config, job_id: str, live: Live | None = None, *, k: int
         base["memory_from"] = (f"none asked where Slurm allocates memory ({defaults.origin(sj.partition, 'memory_consumable')} "
                                "CR_*_Memory): all of each node's, so whole nodes")
     elif (sj.mem_per_node, sj.mem_per_cpu) != (asked.mem_per_node, asked.mem_per_cpu):
-        base["memory_from"] = ("its memory per GPU, which replaces a default per CPU or node the user did not set"
-                               if sj.mem_per_gpu else "none planned: Slurm allocates no memory here (CR_Core), so it checks none")
+        base["memory_from"] = "its memory per GPU, which replaces a default per CPU or node the user did not set"
     fair = fairness(state, sj.user)
     if not sj.pending:
         topo = live.topology

@@ -22,6 +22,7 @@ from attentived.daemon.apply import (
     hand_back_actions,
     plan_actions,
 )
+from attentived.daemon.job_defaults import JobDefaults
 from attentived.daemon.journal import Journal
 from attentived.daemon.ownership import ReservationBook
 from attentived.daemon.records import SlurmJob, SlurmNode, SlurmReservation
@@ -329,7 +330,7 @@ def test_an_attach_hold_reserves_no_node_where_another_reservation_begins_within
 
 def test_a_job_partly_on_a_drained_node_gives_back_only_its_share_there():
     """A two-node job with 40 GB per GPU, node2 drained: when it ends, node1 gets back its
-    share (8 x 40 GB), not the whole job's."""
+    share (8 x 40 GB), not the whole job's (where memory is allocated, CR_*_Memory)."""
     nodes = [SlurmNode("node1", "ALLOCATED", gpus=8, gpu_type="h100", partitions=("main",), cpus=64,
                        real_memory=512_000, alloc_memory=320_000, alloc_cpus=16),
              SlurmNode("node2", "ALLOCATED", flags=("DRAIN",), gpus=8, gpu_type="h100", partitions=("main",), cpus=64,
@@ -337,7 +338,8 @@ def test_a_job_partly_on_a_drained_node_gives_back_only_its_share_there():
     job = SlurmJob("1", user="root", partition="main", state="RUNNING", gpus=16, gpus_per_node=8, per_node_fixed=True,
                    nodes=("node1", "node2"), gpu_indices={"node1": tuple(range(8)), "node2": tuple(range(8))},
                    submit_time=NOW - 100, start_time=NOW - 50, time_limit=600, priority=1, cpus=32, mem_per_gpu=40_000)
-    built = build_state(FakeBackend([job], nodes, now=NOW).snapshot(), TOPO, ("main",))
+    built = build_state(FakeBackend([job], nodes, now=NOW).snapshot(), TOPO, ("main",),
+                        defaults=JobDefaults(memory_consumable=True))
     (run,) = built.state.running
     assert (len(run.gpus), run.cpus, run.mem) == (8, 16, 320_000)
 

@@ -452,7 +452,7 @@ def test_what_slurm_allocates_is_read_once_the_config_answers(tmp_path):
     for _ in range(3):
         assert e.run_cycle().ok
         seen.append(e.job_defaults.memory_consumable)
-    assert seen == [None, None, True] and fake.failures == 0
+    assert seen == [False, False, True] and fake.failures == 0
 
 
 def test_a_partitions_own_defaults_are_read_once_slurm_lists_them(tmp_path):

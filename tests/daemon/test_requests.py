@@ -55,13 +55,15 @@ def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(versi
     # 24.11 shows the per-GPU default as their memory per node; what they asked is in tres_req_str
     assert (jobs["7"].mem_per_node, jobs["7"].mem_per_cpu) == (5000, 0)
     assert jobs["8"].mem_per_node * 1 + jobs["8"].mem_per_cpu * jobs["8"].cpus == 2000
-    # what the plan then sees: a pending job's memory per GPU, a running one's in all
+    # what the plan then sees: a pending job's memory per GPU, a running one's in all where
+    # memory is allocated (CR_*_Memory), none where it is not (the lab's CR_Core: AllocMem 0)
     nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
                             real_memory=64000) for i in range(1, 5))
     snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(replace(j, reason="Priority") for j in jobs.values()), nodes)
-    built = build_state(snap, TOPO, ["main"])
-    assert {p.job_id: p.mem_per_gpu for p in built.state.pending} == {"4": 3072, "6": 4096}
-    assert next(r for r in built.state.running if r.job_id == "3").mem == 6000
+    for defaults, held in ((JobDefaults(memory_consumable=True), 6000), (JobDefaults.of({"SelectTypeParameters": "CR_CORE"}), 0)):
+        built = build_state(snap, TOPO, ["main"], defaults=defaults)
+        assert {p.job_id: p.mem_per_gpu for p in built.state.pending} == {"4": 3072, "6": 4096}
+        assert next(r for r in built.state.running if r.job_id == "3").mem == held
 
 
 @pytest.mark.parametrize(("version", "nodes_file"), [("slurm-22.05", "sinfo-exclusive.json"),
@@ -277,11 +279,12 @@ def test_a_memory_per_gpu_default_replaces_a_default_per_cpu(version):
     assert (held.mem_per_cpu, held.mem_per_gpu, held.mem_set) == (500, 0, False)
     parts = parse_partitions((d / "scontrol-show-partition.txt").read_text())
     defaults = JobDefaults.of({"SelectTypeParameters": "CR_CORE", "JobDefaults": "DefCpuPerGPU=1"}, parts)
-    want = (2, 0, 0, 2048, False)
-    assert defaults.allocation(held) == want and defaults.allocation(jobs[ids["running"]]) == want
+    assert defaults.allocation(jobs[ids["running"]]) == (2, 0, 0, 2048, False)
     node = (d / "scontrol-show-node-mem-per-cpu-default.txt").read_text()
-    assert "NodeName=node4" in node and f"AllocMem={want[3] * held.gpus}" in node  # what slurmctld allocated
-    # untested, slurmctld checks the shown default first: the larger of the two is planned
+    assert "NodeName=node4" in node and f"AllocMem={2048 * held.gpus}" in node  # what slurmctld allocated
+    # untested, slurmctld checks the shown default first and the per-GPU one after: both
+    # are planned for, in one kind (per CPU here: 2 CPUs come with 2 GPUs)
+    assert defaults.allocation(held) == (2, 0, 2048, 0, False)
     assert defaults.allocation(replace(held, mem_per_cpu=3000)) == (2, 0, 3000, 0, False)
     assert JobDefaults().allocation(held) == (2, 0, 500, 0, False)  # no per-GPU default: the CPUs'
     mine = replace(held, mem_set=True)  # the user's own --mem-per-cpu=500 stands
@@ -302,10 +305,25 @@ def test_a_job_of_several_partitions_is_planned_for_each_of_them():
     assert defaults.allocation(replace(job, partition="a")) == (2, 0, 0, 0, True)
     assert defaults.origin("a,b", "cpus_per_gpu") == "the cluster's"  # b has none of its own: the cluster's 4
     assert defaults.origin("a,b", "mem_per_gpu") == "partition b's"
-    # where the partition allocates no memory, slurmctld checks none: other partitions' jobs
-    # holding a node's memory do not keep this one off it
-    assert defaults.allocation(replace(job, partition="c", mem_per_node=4000, mem_set=True)) == (8, 0, 0, 0, False)
-    assert JobDefaults().allocation(replace(job, mem_per_node=4000, mem_set=True)).mem_per_node == 4000  # not known
+    # where the partition allocates no memory, slurmctld still checks a request per node
+    # against each node's memory: planned as asked
+    assert defaults.allocation(replace(job, partition="c", mem_per_node=4000, mem_set=True)) == (8, 4000, 0, 0, False)
+    # memory of two kinds is planned as one that covers both (agents.fit checks one kind):
+    # a's shown DefMemPerCPU (500 x 2 CPUs) and b's 8192 per GPU -> 4096 per CPU
+    two = replace(job, gpus=1, cpus=2, cpus_set=True, mem_per_cpu=500)
+    assert JobDefaults.of({"SelectTypeParameters": "CR_CORE_MEMORY"}, parts).allocation(two) == (2, 0, 4096, 0, False)
+
+
+def test_memory_of_two_kinds_is_planned_as_one_that_covers_both_on_every_node():
+    """Untested, slurmctld checks the shown DefMemPerNode (100000) on each node, later 30000
+    per GPU there. A ``--gpus=4`` job may split: each node needs 100000 and up to 4 x 30000,
+    so 120000 per node; a ``-N 2`` one puts 2 GPUs on each: 100000."""
+    defaults = JobDefaults.of({"SelectTypeParameters": "CR_CORE_MEMORY", "JobDefaults": "DefMemPerGPU=30000"})
+    free = SlurmJob("1", user="alice", partition="main", gpus=4, cpus=4, cpus_set=True, mem_per_node=100000)
+    assert defaults.allocation(free) == (4, 120000, 0, 0, False)
+    assert defaults.allocation(replace(free, num_nodes=2)) == (4, 100000, 0, 0, False)
+    assert defaults.allocation(replace(free, gpus_per_node=1, per_node_fixed=True, num_nodes=4)) == (4, 100000, 0, 0, False)
+    assert defaults.allocation(replace(free, mem_per_gpu=30000)) == (4, 0, 0, 30000, False)  # tested: per GPU alone
 
 
 def test_partitions_text_is_read_where_the_json_leaves_the_defaults_out():
