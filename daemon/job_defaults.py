@@ -90,6 +90,8 @@ class JobDefaults:
         """Whether slurmctld allocates memory to the jobs of ``partition`` (a running job's
         partition): a job where it does not holds none of a node's memory, so none comes
         back when it ends."""
+        if not self.partitions:
+            return self.memory_consumable
         return any(d.memory_consumable for _name, d in self._scopes(partition))
 
     def allocation(self, job: SlurmJob) -> Allocation:
