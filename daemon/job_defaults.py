@@ -19,8 +19,12 @@ A partition may set its own (``scontrol -a -o show partition``): ``JobDefaults``
 cluster's key by key for its jobs, and its ``SelectTypeParameters`` replace whether memory is
 allocated where the cluster's is a ``CR_Core``/``CR_Socket`` type (cons_tres
 ``_set_gpu_defaults`` and ``_setup_cr_type``; recorded on 22.05 and 24.11,
-tests/daemon/fixtures/README.md). A job submitted to several partitions is planned with the
-most any of them gives: slurmctld starts it in whichever fits, so that plan is never refused.
+tests/daemon/fixtures/README.md). A job submitted to several partitions is planned to suit
+each of them, since a node it is pinned to may be in one only.
+
+A default memory per CPU or node (``DefMemPerCPU``, ``DefMemPerNode``) shows on a job from
+its submission; where a memory per GPU applies, cons_tres allocates that alone
+(`JobDefaults._allocation`).
 """
 
 from __future__ import annotations
