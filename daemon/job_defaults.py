@@ -58,6 +58,7 @@ class JobDefaults:
     #: the partitions that give their jobs otherwise, with what they give (the cluster's
     #: settings where they set none)
     partitions: Mapping[str, JobDefaults] = field(default_factory=dict)
+    known: bool = False  # read from Slurm (`of`); not: nothing is assumed away
 
     @classmethod
     def of(cls, slurm_config: Mapping[str, str], partitions: Iterable[SlurmPartition] = ()) -> JobDefaults:
@@ -74,7 +75,7 @@ class JobDefaults:
                        given.get("DefMemPerGPU", cluster.mem_per_gpu), given.get("DefCpuPerGPU", cluster.cpus_per_gpu))
             if mine != cluster:
                 own[p.name] = mine
-        return replace(cluster, partitions=own)
+        return replace(cluster, partitions=own, known=True)
 
     def _scopes(self, partition: str) -> list[tuple[str, JobDefaults]]:
         """(name, defaults) of each partition of a job's ``partition`` field (``a,b``); the
@@ -93,7 +94,9 @@ class JobDefaults:
     def allocates_memory(self, partition: str) -> bool:
         """Whether slurmctld allocates memory to the jobs of ``partition`` (a running job's
         partition): a job where it does not holds none of a node's memory, so none comes
-        back when it ends."""
+        back when it ends. Not known: it does, as a node's allocated memory may say."""
+        if not self.known:
+            return True
         if not self.partitions:
             return self.memory_consumable
         return any(d.memory_consumable for _name, d in self._scopes(partition))
@@ -152,15 +155,16 @@ class JobDefaults:
 def _covering(job: SlurmJob, cpus: int, asks: list[tuple[int, int, int]]) -> tuple[int, int, int]:
     """One memory of one kind (per node, per CPU, per GPU) at least each of ``asks`` (each
     of one kind or none) on any node the job may take: per GPU where all are; per CPU where
-    none is per node, a GPU's memory counted on the fewest CPUs that come with it; per node
-    otherwise, at the most GPUs the job may put on one node (its share when its node count
-    is fixed, else all of them)."""
+    none is per node and the job has CPUs (`agents.fit` checks memory per CPU only then), a
+    GPU's memory counted on the fewest CPUs that come with it; per node otherwise, at the
+    most GPUs the job may put on one node (its share when its node count is fixed, else all
+    of them)."""
     asks = [a for a in asks if any(a)]
     if len({(a[0] > 0, a[1] > 0) for a in asks}) <= 1:  # one kind (or none): the most of it
         return (max((a[0] for a in asks), default=0), max((a[1] for a in asks), default=0),
                 max((a[2] for a in asks), default=0))
-    gpus, cpus = job.gpus, max(1, cpus)
-    if not any(a[0] for a in asks):  # per CPU and per GPU: k GPUs come with at least cpus*k/gpus CPUs
+    gpus = job.gpus
+    if cpus > 0 and not any(a[0] for a in asks):  # per CPU and per GPU: k GPUs come with at least cpus*k/gpus CPUs
         return 0, max(a[1] or -(-a[2] * gpus // cpus) for a in asks), 0
     split = job.num_nodes if job.num_nodes > 1 and gpus % job.num_nodes == 0 else 1
     k = job.gpus_per_node if job.per_node_fixed and job.gpus_per_node else gpus // split

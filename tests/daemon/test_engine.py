@@ -467,7 +467,7 @@ def test_a_partitions_own_defaults_are_read_once_slurm_lists_them(tmp_path):
     for _ in range(3):
         assert e.run_cycle().ok
         seen.append(e.job_defaults)
-    cluster_only = JobDefaults(False, cpus_per_gpu=1)
+    cluster_only = JobDefaults(False, cpus_per_gpu=1, known=True)
     assert seen == [cluster_only, cluster_only, replace(cluster_only, partitions={"main": JobDefaults(False, cpus_per_gpu=4)})]
     assert fake.failures == 0
 

@@ -60,7 +60,9 @@ def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(versi
     nodes = tuple(SlurmNode(f"node{i}", "MIXED", gpus=8, gpu_type="h100", partitions=("main",), cpus=8,
                             real_memory=64000) for i in range(1, 5))
     snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(replace(j, reason="Priority") for j in jobs.values()), nodes)
-    for defaults, held in ((JobDefaults(memory_consumable=True), 6000), (JobDefaults.of({"SelectTypeParameters": "CR_CORE"}), 0)):
+    # (not known, the config unread: it holds what it asked, as nodes' allocated memory may say)
+    for defaults, held in ((JobDefaults(memory_consumable=True), 6000), (JobDefaults.of({"SelectTypeParameters": "CR_CORE"}), 0),
+                           (JobDefaults(), 6000)):
         built = build_state(snap, TOPO, ["main"], defaults=defaults)
         assert {p.job_id: p.mem_per_gpu for p in built.state.pending} == {"4": 3072, "6": 4096}
         assert next(r for r in built.state.running if r.job_id == "3").mem == held
@@ -140,7 +142,7 @@ def test_a_job_asking_no_memory_takes_whole_nodes_where_slurm_allocates_memory(v
     snap = Snapshot(SlurmVersion(22, 5, 8), NOW, tuple(replace(j, required_nodes=()) if j.job_id == ids["behind_whole_memory"]
                                                       else j for j in jobs), nodes)
     defaults = JobDefaults.of({"SelectTypeParameters": "CR_CORE_MEMORY", "JobDefaults": "(null)"})
-    assert defaults == JobDefaults(memory_consumable=True)
+    assert defaults == JobDefaults(memory_consumable=True, known=True)
     built = build_state(snap, TOPO, ["main"], defaults=defaults)
     pending = {p.job_id: p for p in built.state.pending}
     assert pending[ids["mem0_pending"]].exclusive and pending[ids["default_pending"]].exclusive
@@ -172,7 +174,7 @@ def test_memory_slurm_gives_a_job_that_asked_none():
     starts = make_policy("fifo+consolidate").decide(build_state(snap, TOPO, ["main"], defaults=consumable).state).starts
     assert [(s.job_id, sorted(set(TOPO.gpu_node[list(s.gpus)].tolist()))) for s in starts] == [("10", [0])]
     per_gpu = JobDefaults.of({"SelectTypeParameters": "CR_Core_Memory", "JobDefaults": "DefCpuPerGPU=2,DefMemPerGPU=4096"})
-    assert per_gpu == JobDefaults(memory_consumable=True, mem_per_gpu=4096, cpus_per_gpu=2)
+    assert per_gpu == JobDefaults(memory_consumable=True, mem_per_gpu=4096, cpus_per_gpu=2, known=True)
     (job,) = build_state(snap, TOPO, ["main"], defaults=per_gpu).state.pending
     assert (job.mem_per_gpu, job.exclusive) == (4096, False)
     zero = Snapshot(SlurmVersion(22, 5, 8), NOW, (replace(plain, mem_set=True), *running), nodes)
@@ -228,7 +230,7 @@ def test_cpus_under_a_per_gpu_default_are_what_slurm_allocates(version):
     ids = json.loads((d / "scenario-cpu-defaults.json").read_text())
     jobs = {j.job_id: j for j in parse_squeue((d / "squeue-cpu-defaults.json").read_text()).jobs}
     defaults = JobDefaults.of({"JobDefaults": "DefCpuPerGPU=2"})
-    assert defaults == JobDefaults(False, cpus_per_gpu=2)
+    assert defaults == JobDefaults(False, cpus_per_gpu=2, known=True)
     got = {k: defaults.allocation(jobs[ids[k]])[0] for k in ids}
     assert got == {"default_running": 4, "default_held": 4, "c1_held": 1, "cpus_per_gpu1_held": 2}
     assert {k: JobDefaults().allocation(jobs[ids[k]])[0] for k in ids}["default_held"] == 1
@@ -324,6 +326,9 @@ def test_memory_of_two_kinds_is_planned_as_one_that_covers_both_on_every_node():
     assert defaults.allocation(replace(free, num_nodes=2)) == (4, 100000, 0, 0, False)
     assert defaults.allocation(replace(free, gpus_per_node=1, per_node_fixed=True, num_nodes=4)) == (4, 100000, 0, 0, False)
     assert defaults.allocation(replace(free, mem_per_gpu=30000)) == (4, 0, 0, 30000, False)  # tested: per GPU alone
+    # a job read with no CPUs: agents.fit checks no memory per CPU for it, so per node
+    cpuless = replace(free, cpus=0, cpus_set=False, mem_per_node=0, mem_per_cpu=1000)
+    assert defaults.allocation(cpuless) == (0, 120000, 0, 0, False)
 
 
 def test_partitions_text_is_read_where_the_json_leaves_the_defaults_out():
