@@ -13,6 +13,7 @@ spoofed; a free-text value that contains ``Key=`` may still come back cut short.
 inside a value breaks ``-o``'s one-record-per-line promise: continuation lines are joined
 back.
 """
+
 from __future__ import annotations
 
 import re
