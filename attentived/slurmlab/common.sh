@@ -12,6 +12,7 @@ lab_suite_for() {  # VERSION -> suite; fails for a version the lab does not know
     case "$1" in
         22.05) echo bookworm;;
         24.11) echo trixie;;
+        26.05) echo sid;;
         *) return 1;;
     esac
 }

@@ -23,7 +23,7 @@ CHECK=0
 [ "${1:-}" = --check ] && { CHECK=1; shift; }
 [ $# -eq 1 ] || lab_die "usage: bash root.sh [--check] VERSION"
 VERSION=$1
-SUITE=$(lab_suite_for "$VERSION") || lab_die "no Debian release known for Slurm '$VERSION' (known: 22.05, 24.11)"
+SUITE=$(lab_suite_for "$VERSION") || lab_die "no Debian release known for Slurm '$VERSION' (known: 22.05, 24.11, 26.05)"
 [ "$SUITE" != "$(lab_host_suite)" ] || exit 0
 [[ "$ROOTS" =~ ^/[A-Za-z0-9._/+-]+$ ]] || lab_die "ATTENTIVED_LAB_ROOTS must be an absolute path of A-Za-z0-9._/+- (got '$ROOTS')"
 DIR=${ROOTS%/}/slurm-$VERSION-$SUITE
@@ -94,8 +94,11 @@ chmod 755 "$tmp/usr/sbin/policy-rc.d"
 cp /etc/hosts "$tmp/etc/hosts"       # the lab's slurm.conf names localhost
 mount --bind /proc "$tmp/proc"       # package scripts (MariaDB's) read /proc
 mount --make-rslave "$tmp/proc"
+# sid's Release file is valid for a week; a mirror that is a snapshot serves an expired one
+APT_UPDATE=(apt-get update -q)
+[ "$SUITE" != sid ] || APT_UPDATE+=(-o Acquire::Check-Valid-Until=false)
 {
-    chroot "$tmp" apt-get update -q
+    chroot "$tmp" "${APT_UPDATE[@]}"
     chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PKGS[@]}"
     chroot "$tmp" apt-get clean
 } >> "$LOG" 2>&1

@@ -5,7 +5,7 @@
 # a cluster, an account "lab" holding the users, and the daemon's service user as a Slurm
 # operator. Everything runs as root on this host, without systemd or cgroups, under the run
 # directory, which is wiped first, on its own ports. Needs root and Slurm (install.sh).
-# --slurm VERSION (22.05, 24.11) picks the Slurm: the host's own packages when its Debian
+# --slurm VERSION (22.05, 24.11, 26.05) picks the Slurm: the host's own packages when its Debian
 # release ships VERSION, else a Debian root of the release that does (root.sh, built once and
 # cached) in which every daemon then runs (chroot), with the run dir at the same path inside;
 # DIR/client-bin then holds the client commands (sinfo, sbatch...), run inside that root.
@@ -71,7 +71,7 @@ lab_check_run
     lab_die "--port-base must leave room for $NODES node ports and 2 below it in 1024..65535 (got '$PORT')"
 [[ "$ACCOUNTING" =~ ^[01]$ ]] || lab_die "ATTENTIVED_LAB_ACCOUNTING must be 0 or 1 (got '$ACCOUNTING')"
 [ -z "$SLURM" ] || lab_suite_for "$SLURM" >/dev/null ||
-    lab_die "--slurm must be 22.05 (Debian 12) or 24.11 (Debian 13) (got '$SLURM')"
+    lab_die "--slurm must be 22.05 (Debian 12), 24.11 (Debian 13) or 26.05 (Debian sid) (got '$SLURM')"
 for u in $USERS $OPERATOR; do
     [[ "$u" =~ ^[a-z][a-z0-9_-]*$ ]] || lab_die "bad user name '$u'"
 done
