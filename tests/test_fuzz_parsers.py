@@ -126,9 +126,9 @@ def mutated_json(draw, seeds: list[dict]) -> str:
 
 def _json_seeds(*names: str) -> list[dict]:
     out = []
-    for v in ("slurm-22.05", "slurm-24.11"):
+    for v in sorted(DAEMON_FX.glob("slurm-*")):  # every recorded version
         for n in names:
-            p = DAEMON_FX / v / n
+            p = v / n
             if p.exists():
                 out.append(json.loads(p.read_text()))
     assert out, names
@@ -199,8 +199,7 @@ def test_slurm_json_deep_nesting_is_a_parse_error() -> None:
 
 # ---- scontrol -o text ---------------------------------------------------------------------
 SC_RESV = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-reservation.txt")
-SC_PART = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-partition.txt") + _texts(
-    DAEMON_FX / "slurm-24.11", "scontrol-show-partition.txt")
+SC_PART = [t for v in sorted(DAEMON_FX.glob("slurm-*")) for t in _texts(v, "scontrol-show-partition.txt")]
 SC_CONF = _texts(DAEMON_FX / "slurm-22.05", "scontrol-show-config.txt")
 
 

@@ -44,7 +44,7 @@ def test_requests_are_parsed_from_real_22_05_json():
     assert all(j.last_evaluated for j in jobs.values() if j.pending)
 
 
-@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11", "slurm-26.05"])
 def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(version):
     """``--mem-per-gpu`` and ``DefMemPerGPU`` (fixtures/README.md): memory per GPU, unless the
     user set a memory per node or per CPU, which cons_tres then allocates instead."""
@@ -69,7 +69,8 @@ def test_memory_per_gpu_is_parsed_from_real_json_and_yields_to_a_users_own(versi
 
 
 @pytest.mark.parametrize(("version", "nodes_file"), [("slurm-22.05", "sinfo-exclusive.json"),
-                                                     ("slurm-24.11", "scontrol-show-nodes-exclusive.json")])
+                                                     ("slurm-24.11", "scontrol-show-nodes-exclusive.json"),
+                                                     ("slurm-26.05", "scontrol-show-nodes-exclusive.json")])
 def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
     """``--exclusive=user``, partitions with ``ExclusiveUser=YES`` or ``OverSubscribe=EXCLUSIVE``
     (fixtures/README.md): Slurm starts no other user's job on their nodes, though a ``user``
@@ -128,7 +129,8 @@ def test_a_node_kept_by_a_user_comes_back_when_its_last_exclusive_job_ends():
 
 
 @pytest.mark.parametrize(("version", "nodes_file"), [("slurm-22.05", "sinfo-mem-whole.json"),
-                                                     ("slurm-24.11", "scontrol-show-nodes-mem-whole.json")])
+                                                     ("slurm-24.11", "scontrol-show-nodes-mem-whole.json"),
+                                                     ("slurm-26.05", "scontrol-show-nodes-mem-whole.json")])
 def test_a_job_asking_no_memory_takes_whole_nodes_where_slurm_allocates_memory(version, nodes_file):
     """Under ``CR_Core_Memory`` with no ``DefMemPer*`` (fixtures/README.md), ``--mem=0`` and no
     ``--mem`` both take all of a node's memory and start only where none is allocated.
@@ -182,7 +184,7 @@ def test_memory_slurm_gives_a_job_that_asked_none():
     assert (job.mem_per_gpu, job.exclusive) == (0, True)
 
 
-@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11", "slurm-26.05"])
 def test_memory_under_a_per_gpu_default_is_what_slurm_allocates(version):
     """``squeue-mem-defaults.json`` (fixtures/README.md): CR_Core_Memory with DefMemPerGPU=4096.
     ``--mem=0`` is whole nodes (on 24.11 it reads as the memory slurmctld counts for it, a
@@ -222,7 +224,7 @@ def test_an_odd_tres_request_string_falls_back_to_what_squeue_shows():
         assert (job.mem_per_node, job.mem_per_gpu) == (4096, 0), odd
 
 
-@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11", "slurm-26.05"])
 def test_cpus_under_a_per_gpu_default_are_what_slurm_allocates(version):
     """``squeue-cpu-defaults.json`` (fixtures/README.md): DefCpuPerGPU=2. A job slurmctld has
     not looked at shows one CPU: with no ``-c`` and no ``--cpus-per-gpu`` it gets 2 per GPU."""
@@ -236,7 +238,7 @@ def test_cpus_under_a_per_gpu_default_are_what_slurm_allocates(version):
     assert {k: JobDefaults().allocation(jobs[ids[k]])[0] for k in ids}["default_held"] == 1
 
 
-@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11", "slurm-26.05"])
 def test_a_partitions_own_defaults_are_what_slurm_allocates_its_jobs(version):
     """``squeue-partition-defaults.json`` (fixtures/README.md): the cluster gives 1 CPU per GPU
     (CR_Core); partition ``cpudef`` 3, partition ``gpumem`` 2 and 2048 MB per GPU, and
@@ -268,7 +270,7 @@ def test_a_partitions_own_defaults_are_what_slurm_allocates_its_jobs(version):
                               [replace(parts[0], select_type="CR_CORE")]).partitions["main"].memory_consumable
 
 
-@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11", "slurm-26.05"])
 def test_a_memory_per_gpu_default_replaces_a_default_per_cpu(version):
     """``squeue-mem-per-cpu-default.json`` (fixtures/README.md): partition gpumem also sets
     ``DefMemPerCPU=500``, which squeue shows on a held job from its submission. slurmctld

@@ -26,7 +26,8 @@ from attentived.daemon.slurm_json import (
 FIX = Path(__file__).parent / "fixtures"
 R22 = FIX / "slurm-22.05"
 R24 = FIX / "slurm-24.11"
-RECORDINGS = {"22.05": R22, "24.11": R24}  # the same mix, recorded live on each (record.sh)
+R26 = FIX / "slurm-26.05"
+RECORDINGS = {"22.05": R22, "24.11": R24, "26.05": R26}  # the same mix, recorded live on each (record.sh)
 
 
 def _mix(version):
@@ -39,6 +40,7 @@ def _mix(version):
 def test_version_from_meta_both_generations():
     assert parse_squeue((R22 / "squeue.json").read_text()).version == SlurmVersion(22, 5, 8)
     assert parse_squeue((R24 / "squeue.json").read_text()).version == SlurmVersion(24, 11, 5)
+    assert parse_squeue((R26 / "squeue.json").read_text()).version == SlurmVersion(26, 5, 5)
     assert SlurmVersion.parse("slurm-wlm 22.05.8").has_scontrol_json is False
     assert SlurmVersion.parse("slurm 24.11.5").has_scontrol_json is True
     assert SlurmVersion.parse("23.02.0").has_scontrol_json is True
@@ -70,19 +72,22 @@ def test_job_mix(version):
     assert mix["warmup"].time_limit is None  # UNLIMITED
 
 
-def test_24_11_wrapped_numbers_and_list_states():
-    """What 24.11 prints differently, read to the same records: list states, numbers wrapped
-    in {set, infinite, number}, "hold": true; `scontrol show job --json` is squeue's twin."""
-    raw = json.loads((R24 / "squeue.json").read_text())
-    ids = json.loads((R24 / "scenario.json").read_text())["jobs"]
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_wrapped_numbers_and_list_states_since_23_02(version):
+    """What 24.11 and 26.05 print differently from 22.05, read to the same records: list
+    states, numbers wrapped in {set, infinite, number}, "hold": true; `scontrol show job
+    --json` is squeue's twin."""
+    rec_dir = RECORDINGS[version]
+    raw = json.loads((rec_dir / "squeue.json").read_text())
+    ids = json.loads((rec_dir / "scenario.json").read_text())["jobs"]
     rec = {j["job_id"]: j for j in raw["jobs"]}
     assert rec[ids["run_a"]]["job_state"] == ["RUNNING"] and rec[ids["held"]]["hold"] is True
     assert rec[ids["pend_b"]]["priority"] == {"set": True, "infinite": False, "number": 5000}
     assert rec[ids["warmup"]]["time_limit"] == {"set": False, "infinite": True, "number": 0}
     assert rec[ids["run_a"]]["tres_per_node"] == "gres/gpu:4"
-    run_a = _mix("24.11")["run_a"]
+    run_a = _mix(version)["run_a"]
     assert run_a.start_time == float(rec[ids["run_a"]]["start_time"]["number"]) and run_a.priority == 1
-    one = parse_squeue((R24 / "scontrol-show-job.json").read_text(), source="scontrol show job --json").jobs
+    one = parse_squeue((rec_dir / "scontrol-show-job.json").read_text(), source="scontrol show job --json").jobs
     assert {j.job_id: j for j in one} == {j.job_id: j for j in parse_squeue(json.dumps(raw)).jobs}
 
 
@@ -92,17 +97,18 @@ def test_nodes_22_05_sinfo_and_24_11_scontrol():
     assert n22["node2"].flags == ("DRAIN",) and not n22["node2"].usable and n22["node2"].reason == "lab: bad gpu"
     assert n22["node3"].gpus_used == 8 and n22["node1"].features == ("rack1", "sw1")
     assert n22["node1"].partitions == ("main", "other") and n22["node1"].gpu_type == "h100"
-    n24 = {n.name: n for n in parse_nodes((R24 / "scontrol-show-nodes.json").read_text())}
-    assert n24 == n22  # the same mix: the per-node view of 24.11's scontrol is 22.05's sinfo
-    with pytest.raises(SlurmParseError, match="grouped sinfo"):
-        parse_sinfo((R24 / "sinfo.json").read_text())
+    for rec in (R24, R26):  # the same mix: the per-node view of scontrol is 22.05's sinfo
+        assert {n.name: n for n in parse_nodes((rec / "scontrol-show-nodes.json").read_text())} == n22
+        with pytest.raises(SlurmParseError, match="grouped sinfo"):
+            parse_sinfo((rec / "sinfo.json").read_text())
 
 
-def test_reservations_json():
-    now, later = parse_reservations((R24 / "scontrol-show-reservation.json").read_text())
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_reservations_json(version):
+    now, later = parse_reservations((RECORDINGS[version] / "scontrol-show-reservation.json").read_text())
     assert (now.name, now.nodes, now.users, now.flags) == ("alice_now", ("node1",), ("alice",), ("IGNORE_JOBS", "SPEC_NODES"))
     assert (later.name, later.nodes, later.flags) == ("maint_later", ("node3", "node4"), ("MAINT", "IGNORE_JOBS", "SPEC_NODES"))
-    # 24.11's JSON has no state: active() goes by the times (2 h apart)
+    # the JSON has no state: active() goes by the times (2 h apart)
     assert now.state == "" and now.active(now.start_time + 1) and not now.active(now.end_time + 1)
     assert not later.active(now.start_time + 1)
     assert parse_reservations('{"reservations": []}') == ()
@@ -195,11 +201,11 @@ def test_malformed_nodes_and_reservations():
         parse_reservations('{"reservations": {}}')
 
 
-_FIXTURE_TEXTS = [(R22 / "squeue.json").read_text(), (R24 / "squeue.json").read_text()]
+_FIXTURE_TEXTS = [(rec / "squeue.json").read_text() for rec in RECORDINGS.values()]
 
 
 @settings(max_examples=150, deadline=None)
-@given(which=st.integers(0, 1), cut=st.floats(0, 1), flip=st.integers(0, 10**6), ch=st.characters())
+@given(which=st.integers(0, len(_FIXTURE_TEXTS) - 1), cut=st.floats(0, 1), flip=st.integers(0, 10**6), ch=st.characters())
 def test_fuzzed_squeue_gives_a_result_or_a_parse_error(which, cut, flip, ch):
     text = _FIXTURE_TEXTS[which]
     text = text[: int(len(text) * cut)]
@@ -212,7 +218,8 @@ def test_fuzzed_squeue_gives_a_result_or_a_parse_error(which, cut, flip, ch):
         pass
 
 
-_JOB_KEYS = sorted(json.loads((R24 / "squeue.json").read_text())["jobs"][0])
+_JOB_KEYS = sorted(json.loads((R24 / "squeue.json").read_text())["jobs"][0]
+                   | json.loads((R26 / "squeue.json").read_text())["jobs"][0])
 
 
 @settings(max_examples=400, deadline=None)
