@@ -2,10 +2,11 @@
 
 A synthetic Slurm answers the daemon's real ``CliBackend`` through stand-in ``squeue``,
 ``sinfo`` and ``scontrol`` programs in a temporary bin dir. Their output is cloned from the
-recorded fixtures (``tests/daemon/fixtures/slurm-22.05`` and ``slurm-24.11``): one RUNNING
-job with ``gres_detail``, one PENDING job and one node record per version, with only the
-fields that must differ changed and every version-specific shape kept (plain numbers on
-22.05, ``{"set","infinite","number"}`` on 24.11; strings vs lists). The cluster is
+recorded fixtures (``tests/daemon/fixtures/slurm-22.05``, ``slurm-24.11`` and ``slurm-26.05``):
+one RUNNING job with ``gres_detail``, one PENDING job and one node record per version, with
+only the fields that must differ changed and every version-specific shape kept (plain numbers
+on 22.05, ``{"set","infinite","number"}`` from 24.11 on; strings vs lists; 26.05 as the daemon
+reads it there, data_parser v0.0.44). The cluster is
 ``topology.uniform(gpus // 8, 8, nodes_per_switch=4)``, about 97 % of its GPUs busy with
 single-node jobs of 1-8 GPUs (30 min to 3 day limits), plus ``pending`` jobs of 1-32 GPUs
 from 12 users in partition ``main``.
@@ -17,7 +18,7 @@ plan put them, some running jobs end and a few new jobs arrive. The first cycle 
 (every pending job gets its first priority); the steady cycles after it are what a running
 daemon sees.
 
-    .venv/bin/python bench/slurm_scale.py                                  # both versions, attentive
+    .venv/bin/python bench/slurm_scale.py                                  # every version, attentive
     .venv/bin/python bench/slurm_scale.py --version 24.11 --policy fifo+consolidate --cycles 4
     .venv/bin/python bench/slurm_scale.py --gpus 1024 --pending 500        # a quick look
 
@@ -60,17 +61,19 @@ GPUS_PER_NODE = 8
 NODES_PER_SWITCH = 4
 BUSY = 0.97
 
-#: (fixture dir, node file) of each version's templates: both recordings hold record.sh's mix,
+#: (fixture dir, node file) of each version's templates: every recording holds record.sh's mix,
 #: whose scenario.json names the templates, the running job "run_a" (4 GPUs on node1, a MIXED
 #: node) and the pending job "pend_a".
 TEMPLATES = {
     "22.05": ("slurm-22.05", "sinfo.json"),
     "24.11": ("slurm-24.11", "scontrol-show-nodes.json"),
+    "26.05": ("slurm-26.05", "scontrol-show-nodes.json"),
 }
 #: The files the stub commands serve, per version: (jobs, nodes, reservations).
 FILES = {
     "22.05": ("squeue.json", "sinfo.json", "scontrol-show-reservation.txt"),
     "24.11": ("squeue.json", "scontrol-show-nodes.json", "scontrol-show-reservation.json"),
+    "26.05": ("squeue.json", "scontrol-show-nodes.json", "scontrol-show-reservation.json"),
 }
 
 STUB = r"""#!/bin/bash
@@ -80,7 +83,7 @@ name=$(basename "$0")
 echo "$name $*" >> "$STUB_LOG"
 case "$name $*" in
   "scontrol --version") echo "slurm $STUB_VERSION" ;;
-  "squeue --json -t all") cat "$STUB_DIR/squeue.json" ;;
+  "squeue --json -t all"|"squeue --json=v0.0.44 -t all") cat "$STUB_DIR/squeue.json" ;;
   "sinfo --json") cat "$STUB_DIR/sinfo.json" ;;
   "scontrol show nodes --json") cat "$STUB_DIR/scontrol-show-nodes.json" ;;
   "scontrol show reservation --json") cat "$STUB_DIR/scontrol-show-reservation.json" ;;
@@ -583,7 +586,7 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--version", action="append", choices=sorted(TEMPLATES),
-                    help="Slurm version to imitate (repeat for several; default: both)")
+                    help="Slurm version to imitate (repeat for several; default: all)")
     ap.add_argument("--gpus", type=int, default=16384)
     ap.add_argument("--pending", type=int, default=10000)
     ap.add_argument("--cycles", type=int, default=5, help="cycles per version, the first one cold")

@@ -1,6 +1,7 @@
 """The ``cli`` backend (the default): Slurm's own commands.
 
-Reads with ``squeue --json -t all`` plus, for nodes and reservations, ``sinfo --json`` /
+Reads with ``squeue --json -t all`` (``--json=v0.0.44`` from 26.05 on:
+`SlurmVersion.squeue_json`) plus, for nodes and reservations, ``sinfo --json`` /
 ``scontrol -o show reservation`` on 22.05 and ``scontrol show nodes|reservation --json``
 from 23.02 on. Writes with ``scontrol update|create|delete|hold|release``; many job updates
 go to one ``scontrol`` process on its standard input (one RPC each, one process in all).
@@ -145,10 +146,12 @@ class CliBackend(BackendMixin):
 
     def read_commands(self) -> dict[str, list[str]]:
         """The argv of each read the snapshot makes, for this Slurm version."""
-        if self.version().has_scontrol_json:
-            return {"jobs": ["squeue", "--json", "-t", "all"], "nodes": ["scontrol", "show", "nodes", "--json"],
+        version = self.version()
+        jobs = ["squeue", version.squeue_json, "-t", "all"]
+        if version.has_scontrol_json:
+            return {"jobs": jobs, "nodes": ["scontrol", "show", "nodes", "--json"],
                     "reservations": ["scontrol", "show", "reservation", "--json"]}
-        return {"jobs": ["squeue", "--json", "-t", "all"], "nodes": ["sinfo", "--json"],
+        return {"jobs": jobs, "nodes": ["sinfo", "--json"],
                 "reservations": ["scontrol", "-o", "show", "reservation"]}
 
     def snapshot(self) -> Snapshot:

@@ -111,6 +111,16 @@ class SlurmVersion:
         """``scontrol show ... --json`` exists from 23.02 on."""
         return (self.major, self.minor) >= (23, 2)
 
+    @property
+    def squeue_json(self) -> str:
+        """``squeue``'s flag for the JSON the daemon reads. From 26.05 on, Slurm's own format
+        (data_parser v0.0.45) prints ``"shared": []`` for every job and nothing in its place
+        (its source calls the field removed, "replaced by 'oversubscribe' and 'exclusive'",
+        which it does not print), so a pending ``--exclusive`` or ``--exclusive=user`` job
+        looks like any other and would be pinned where Slurm cannot start it. 26.05 still
+        ships v0.0.44, which shows them (recorded: tests/daemon/fixtures/slurm-26.05)."""
+        return "--json=v0.0.44" if (self.major, self.minor) >= (26, 5) else "--json"
+
 
 @dataclass(frozen=True)
 class SlurmJob:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from attentived.daemon import slurm_json
 from attentived.daemon.cli_backend import CliBackend
 from attentived.daemon.connect import make_backend
 from attentived.daemon.records import (
@@ -33,6 +34,7 @@ name=$(basename "$0")
 case "$name $*" in
   "scontrol --version") echo "slurm $STUB_VERSION" ;;
   "squeue --json -t all") cat "$STUB_FIX/squeue.json" ;;
+  "squeue --json=v0.0.44 -t all") cat "$STUB_FIX/squeue.json" ;;
   "sinfo --json") cat "$STUB_FIX/sinfo.json" ;;
   "scontrol show nodes --json") cat "$STUB_FIX/scontrol-show-nodes.json" ;;
   "scontrol show reservation --json") cat "$STUB_FIX/scontrol-show-reservation.json" ;;
@@ -100,6 +102,23 @@ def test_snapshot_24_11_uses_scontrol_json(tmp_path, monkeypatch):
     assert [r.name for r in snap.reservations] == ["alice_now", "maint_later"]
     assert ["scontrol", "show", "nodes", "--json"] in _argv_log(log)
     assert "read_jobs" in snap.timings
+
+
+def test_snapshot_26_05_asks_squeue_for_the_format_that_says_which_jobs_keep_nodes(tmp_path, monkeypatch):
+    """26.05's own JSON (data_parser v0.0.45) prints ``"shared": []`` for every job: recorded
+    for jobs under ``--exclusive``, ``--exclusive=user`` and partitions keeping nodes apart,
+    which the daemon would read as sharing. Its v0.0.44 says it, so that is what is read."""
+    be, log = _stubs(tmp_path, "26.05.5", FIX / "slurm-26.05", monkeypatch)
+    snap = be.snapshot()
+    assert snap.version == SlurmVersion(26, 5, 5) and len(snap.jobs) == 14
+    calls = _argv_log(log)
+    assert ["squeue", "--json=v0.0.44", "-t", "all"] in calls and ["squeue", "--json", "-t", "all"] not in calls
+    assert ["scontrol", "show", "nodes", "--json"] in calls
+    own, read = (slurm_json.parse_squeue((FIX / "slurm-26.05" / name).read_text()).jobs
+                 for name in ("squeue-exclusive-own-format.json", "squeue-exclusive.json"))
+    assert [j.job_id for j in own] == [j.job_id for j in read]
+    assert not any(j.exclusive for j in own) and sum(j.exclusive for j in read) == 5
+    assert SlurmVersion(25, 11).squeue_json == SlurmVersion(24, 11).squeue_json == "--json"
 
 
 def test_batched_updates_go_through_stdin_and_failures_map_to_jobs(tmp_path, monkeypatch):
