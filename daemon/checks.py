@@ -113,8 +113,9 @@ OPERATOR_LEVELS = ("operator", "administrator")
 
 def keeps_accounting(storage: str) -> bool:
     """Whether ``AccountingStorageType`` names an accounting database (sacct, sacctmgr and
-    admin levels work) rather than none."""
-    return storage not in ("", "accounting_storage/none")
+    admin levels work) rather than none. ``scontrol show config`` prints
+    ``accounting_storage/none`` for it up to 24.11 and ``(null)`` from 26.05 on (recorded)."""
+    return storage not in ("", "(null)", "accounting_storage/none")
 
 
 def operator_problem(user: str, uid: int, slurm_user: str, accounting: str, admin_level: str | None) -> str:

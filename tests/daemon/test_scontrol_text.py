@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attentived.daemon.checks import keeps_accounting
 from attentived.daemon.records import SlurmParseError
 from attentived.daemon.scontrol_text import (
     parse_config,
@@ -39,6 +40,18 @@ def test_config():
     assert conf["SLURM_CONF"].endswith("/etc/slurm.conf") and conf["GresTypes"] == "gpu"
     with pytest.raises(SlurmParseError):
         parse_config("nothing useful\n")
+
+
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11", "slurm-26.05"])
+def test_config_says_whether_slurm_keeps_accounting(version):
+    """The recorded labs with slurmdbd (22.05's predates accounting in the lab) and, on
+    26.05, one without, which prints ``AccountingStorageType = (null)`` there."""
+    d = R22.parent / version
+    storage = parse_config((d / "scontrol-show-config.txt").read_text())["AccountingStorageType"]
+    assert keeps_accounting(storage) == (version != "slurm-22.05"), storage
+    if version == "slurm-26.05":
+        none = parse_config((d / "scontrol-show-config-no-accounting.txt").read_text())["AccountingStorageType"]
+        assert none == "(null)" and not keeps_accounting(none)
 
 
 def test_durations_and_times():
