@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from attentived.daemon.cycle import CycleRunner
+from attentived.daemon.records import SlurmVersion
 
 from .test_daemon_slurm import (
     busy_cluster,
@@ -103,9 +104,19 @@ def _mtime_ns(path: Path) -> int | None:
 
 
 def _restart_slurmctld(lab) -> None:
-    subprocess.run([str(lab.run_dir / "bin" / "slurmctld"), "-f", str(lab.slurm_conf)], env=lab.env(), check=True,
-                   timeout=30)
-    wait_until(lambda: "UP" in lab.run(["scontrol", "ping"], check=False).stdout, timeout=30, what="slurmctld up")
+    argv = [str(lab.run_dir / "bin" / "slurmctld"), "-f", str(lab.slurm_conf)]
+    version = SlurmVersion.parse(lab.run(["scontrol", "--version"]).stdout)
+    if version.tuple >= (26, 5) and not (lab.run_dir / "state" / "assoc_usage").exists():
+        # 26.05 will not start from a saved state without it ("fatal: No Assoc usage file",
+        # assoc_mgr.c), which it writes only every 5 minutes and at shutdown: a controller
+        # killed sooner is started as an admin would have to, ignoring that error (-i)
+        argv.append("-i")
+    subprocess.run(argv, env=lab.env(), check=True, timeout=30)
+    try:
+        wait_until(lambda: "UP" in lab.run(["scontrol", "ping"], check=False).stdout, timeout=30, what="slurmctld up")
+    except AssertionError as e:  # say why: the controller's own last words
+        log = (lab.run_dir / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
+        raise AssertionError("\n".join([str(e), *log[-25:]])) from None
     nodes_responding(lab)
 
 
