@@ -58,7 +58,7 @@ KEYS: tuple[Key, ...] = (
     Key("command_timeout", "float", 30.0, "Seconds before a Slurm command is abandoned (keep it above 5 on Slurm before 24.11: see docs/reliability.md, unregistered jobs).", minimum=1, maximum=600),
     Key("cluster_file", "path", "", "Cluster TOML (see docs); when set it describes GPUs, NVLink islands and switches instead of gres.conf/topology.conf."),
     Key("gres_conf", "path", "", "gres.conf to read `Links=` from; empty: next to slurm.conf (SLURM_CONF from `scontrol show config`)."),
-    Key("topology_conf", "path", "", "topology.conf for the switch tree; empty: next to slurm.conf (optional)."),
+    Key("topology_conf", "path", "", "topology.conf, or a topology.yaml (.yaml/.yml: its cluster_default topology), for the switch tree; empty: topology.yaml next to slurm.conf where it exists, as slurmctld reads it from 25.05 on, else topology.conf there (optional)."),
     Key("metrics_address", "str", "127.0.0.1", "Address of the Prometheus endpoint (/metrics)."),
     Key("metrics_port", "int", 9817, "Port of the Prometheus endpoint; 0 turns it off.", minimum=0, maximum=65535),
     Key("dry_run", "bool", False, "Plan and log every action but change nothing in Slurm (same as `--dry-run`)."),

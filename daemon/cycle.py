@@ -251,6 +251,9 @@ class CycleRunner:
                 topology_conf=self.config.topology_conf, slurm_config=conf, slurm_conf=self.config.slurm_conf)
             self.log.info("topology.loaded", source=self.topology_source.kind, paths=list(self.topology_source.paths),
                           nodes=len(self.topology.nodes), gpus=self.topology.num_gpus)
+            if self.topology_source.note:
+                self.log.warning("topology.not_modelled", paths=list(self.topology_source.paths),
+                                 note=self.topology_source.note)
             self._previous = {}  # GPU ids of the topology before: the next plan starts afresh
         self.policy_slot.check_fits(self.topology)
         if self.topology is not None:

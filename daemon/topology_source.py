@@ -1,10 +1,14 @@
 """Where the daemon's ``Topology`` comes from: a cluster TOML the operator names, or Slurm's
-own ``gres.conf`` (GPUs and NVLink islands from ``Links=``) and ``topology.conf`` (switches).
+own ``gres.conf`` (GPUs and NVLink islands from ``Links=``) and ``topology.yaml`` or
+``topology.conf`` (switches).
 
 Paths: ``gres_conf`` / ``topology_conf`` from the config, else next to ``slurm.conf``
 (``SLURM_CONF`` as ``scontrol show config`` reports it, else the config's ``slurm_conf``,
-``$SLURM_CONF``, ``/etc/slurm/slurm.conf``). A missing topology.conf is fine (one leaf
-switch); a missing gres.conf is an error that says which path was tried.
+``$SLURM_CONF``, ``/etc/slurm/slurm.conf``). There, as slurmctld does from 25.05 on (the
+config's ``SLURM_VERSION``; when not known, too), a ``topology.yaml`` is read and a
+topology.conf beside it ignored; a ``topology_conf`` ending in ``.yaml`` or ``.yml`` is
+read as one too (`topology.slurm_yaml`). Neither file is fine (one leaf switch); a missing
+gres.conf is an error that says which path was tried.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attentived.topology import Topology, load_cluster_file, topology_from_slurm
+from attentived.topology.slurm_conf import SwitchTree
+from attentived.topology.slurm_yaml import parse_topology_yaml
+
+from .records import SlurmParseError, SlurmVersion
 
 
 class TopologySourceError(ValueError):
@@ -26,6 +34,7 @@ class TopologySource:
     kind: str  # "cluster_file" or "slurm"
     paths: tuple[str, ...]
     mtimes: tuple[float, ...]
+    note: str = ""  # what of the source is not modelled (a topology.yaml ring), said when loaded
 
     def changed(self) -> bool:
         return _mtimes(self.paths) != self.mtimes
@@ -43,7 +52,7 @@ def load_topology(*, cluster_file: str = "", gres_conf: str = "", topology_conf:
         return topo, TopologySource("cluster_file", (cluster_file,), _mtimes((cluster_file,)))
     base = slurm_conf_dir(slurm_config, slurm_conf)
     gres_path = Path(gres_conf) if gres_conf else base / "gres.conf"
-    topo_path = Path(topology_conf) if topology_conf else base / "topology.conf"
+    topo_path = Path(topology_conf) if topology_conf else _switches_file(base, (slurm_config or {}).get("SLURM_VERSION", ""))
     if not gres_path.is_file():
         raise TopologySourceError(
             f"{gres_path}: no gres.conf to read GPUs and NVLinks from (set gres_conf or cluster_file in the config)")
@@ -51,14 +60,29 @@ def load_topology(*, cluster_file: str = "", gres_conf: str = "", topology_conf:
         gres_text = gres_path.read_text()
     except OSError as e:
         raise TopologySourceError(f"{gres_path}: cannot read: {e}") from None
-    topo_text = None
+    switches: str | SwitchTree | None = None
+    note = ""
     if topo_path.is_file():
-        topo_text = topo_path.read_text()
+        switches = topo_path.read_text()
+        if topo_path.suffix in (".yaml", ".yml"):
+            chosen = parse_topology_yaml(switches, source=str(topo_path))
+            switches, note = chosen.tree, chosen.unmodelled
     elif topology_conf:
-        raise TopologySourceError(f"{topo_path}: no such topology.conf")
-    topo = topology_from_slurm(gres_text, topo_text, gres_source=str(gres_path), topology_source=str(topo_path))
-    paths = (str(gres_path),) + ((str(topo_path),) if topo_text is not None else ())
-    return topo, TopologySource("slurm", paths, _mtimes(paths))
+        raise TopologySourceError(f"{topo_path}: no such topology file")
+    topo = topology_from_slurm(gres_text, switches, gres_source=str(gres_path), topology_source=str(topo_path))
+    paths = (str(gres_path),) + ((str(topo_path),) if switches is not None else ())
+    return topo, TopologySource("slurm", paths, _mtimes(paths), note)
+
+
+def _switches_file(base: Path, slurm_version: str) -> Path:
+    """topology.yaml where it exists (slurmctld then ignores topology.conf), else topology.conf;
+    topology.conf on a Slurm before 25.05, which reads no topology.yaml."""
+    yaml_path = base / "topology.yaml"
+    try:
+        before_yaml = SlurmVersion.parse(slurm_version).tuple < (25, 5)
+    except SlurmParseError:  # not known (no Slurm asked): the file there is the one meant
+        before_yaml = False
+    return yaml_path if yaml_path.is_file() and not before_yaml else base / "topology.conf"
 
 
 def _mtimes(paths: tuple[str, ...]) -> tuple[float, ...]:

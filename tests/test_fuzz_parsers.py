@@ -25,6 +25,7 @@ from attentived.simulator.trace import TraceError, load_trace
 from attentived.topology.cluster_file import parse_cluster_file
 from attentived.topology.nvsmi import TopologyParseError, parse_nvidia_smi_topo
 from attentived.topology.slurm_conf import parse_gres_conf, parse_topology_conf
+from attentived.topology.slurm_yaml import parse_topology_yaml
 
 HERE = Path(__file__).parent
 DAEMON_FX = HERE / "daemon" / "fixtures"
@@ -227,6 +228,7 @@ NVSMI = _texts(TOPO_FX, "*.txt")
 GRES = _texts(TOPO_FX, "*gres.conf")
 TOPOCONF = _texts(TOPO_FX, "*topology.conf")
 CLUSTER = _texts(TOPO_FX, "*.toml")
+TOPOYAML = _texts(DAEMON_FX / "slurm-26.05", "*.yaml")  # a topology.yaml and topoconf's dump of it
 
 
 @FUZZ
@@ -249,6 +251,21 @@ def test_gres_and_topology_conf(text: str) -> None:
         parse_topology_conf(text)
     except TopologyParseError:
         pass
+
+
+@FUZZ
+@given(mutated(TOPOYAML))
+def test_topology_yaml(text: str) -> None:
+    try:
+        parse_topology_yaml(text)
+    except TopologyParseError:
+        pass
+
+
+def test_topology_yaml_deep_nesting_is_a_parse_error() -> None:
+    for text in ("[" * 100_000, "- " * 20_000 + "x"):
+        with pytest.raises(TopologyParseError, match="nested too deeply"):
+            parse_topology_yaml(text)
 
 
 @FUZZ

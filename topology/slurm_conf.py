@@ -11,7 +11,7 @@ comments; node and device lists are Slurm hostlists.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from . import hostlist
@@ -92,9 +92,15 @@ def parse_topology_conf(text: str, *, source: str = "topology.conf") -> SwitchTr
     Rejects switches defined twice, nodes or switches with two parents, undefined child
     switches and cycles: Slurm refuses such a file too, but with a less precise message.
     """
+    return switch_tree(_records(text, source, _TOPOLOGY_KEYS), source)
+
+
+def switch_tree(records: Iterable[tuple[int, dict[str, str]]], source: str) -> SwitchTree:
+    """The tree of ``SwitchName=`` records (line number, keys), from topology.conf or
+    topology.yaml (`slurm_yaml`), with parse_topology_conf's checks."""
     tree = SwitchTree(leaf_of={}, parent={}, link_speed={}, line_of={})
     children: dict[str, tuple[str, int]] = {}  # child switch -> (parent, line)
-    for number, record in _records(text, source, _TOPOLOGY_KEYS):
+    for number, record in records:
         _switch_line(record, number, source, tree, children)
     for child, (parent, number) in children.items():
         if child not in tree.line_of:
@@ -108,7 +114,7 @@ def parse_topology_conf(text: str, *, source: str = "topology.conf") -> SwitchTr
 
 def topology_from_slurm(
     gres_text: str,
-    topology_text: str | None = None,
+    topology_text: str | SwitchTree | None = None,
     gpus_per_node: Mapping[str, int] | None = None,
     bandwidths: Bandwidths | None = None,
     *,
@@ -116,18 +122,20 @@ def topology_from_slurm(
     gres_source: str = "gres.conf",
     topology_source: str = "topology.conf",
 ) -> Topology:
-    """A ``Topology`` from gres.conf (and topology.conf): nodes in natural order.
+    """A ``Topology`` from gres.conf (and topology.conf's text, or a switch tree read from
+    topology.yaml by `slurm_yaml`): nodes in natural order.
 
     A node in topology.conf without ``Name=gpu`` lines takes its GPU count from
     ``gpus_per_node`` (keys may be hostlists) and the islands of the quick uniform shape
     (``shape.uniform``); without an entry there it is an error. Nodes topology.conf does
     not place hang from leaf switch ``sw0``.
     """
-    tree = (
-        parse_topology_conf(topology_text, source=topology_source)
-        if topology_text is not None
-        else SwitchTree(leaf_of={}, parent={}, link_speed={}, line_of={})
-    )
+    if isinstance(topology_text, SwitchTree):
+        tree = topology_text
+    elif topology_text is not None:
+        tree = parse_topology_conf(topology_text, source=topology_source)
+    else:
+        tree = SwitchTree(leaf_of={}, parent={}, link_speed={}, line_of={})
     counts = _expand_counts(gpus_per_node or {})
     nodes = parse_gres_conf(
         gres_text,

@@ -82,6 +82,28 @@ def test_partitions_and_models():
     assert job_model(SlurmJob("1", name="weird; name")) is None
 
 
+def test_a_topology_yaml_beside_slurm_conf_wins_over_topology_conf(tmp_path):
+    """As slurmctld from 25.05 on: topology.yaml, where it exists, and not topology.conf."""
+    etc = Lab(run_dir=tmp_path / "lab").render()
+    conf = {"SLURM_CONF": str(etc / "slurm.conf"), "SLURM_VERSION": "26.05.5"}
+    (etc / "topology.yaml").write_text("- topology: racks\n  cluster_default: true\n  tree:\n    switches:\n"
+                                       "      - switch: rack1\n        nodes: node[1-3]\n"
+                                       "      - switch: rack2\n        nodes: node4\n")
+    topo, src = load_topology(slurm_config=conf)
+    assert [n.switch for n in topo.nodes] == ["rack1", "rack1", "rack1", "rack2"] and not src.note
+    assert src.paths == (str(etc / "gres.conf"), str(etc / "topology.yaml")) and not src.changed()
+    (etc / "topology.yaml").write_text("- topology: r\n  ring:\n    rings:\n      - ring: r1\n        nodes: node[1-4]\n")
+    assert src.changed()
+    flat, src2 = load_topology(slurm_config=conf)
+    assert len(flat.switch_names) == 1 and "ring topologies are not modelled" in src2.note
+    named, _ = load_topology(slurm_config=conf, topology_conf=str(etc / "topology.conf"))
+    assert [n.switch for n in named.nodes] == ["sw1", "sw1", "sw2", "sw2"]  # the operator's choice stands
+    older, _ = load_topology(slurm_config={**conf, "SLURM_VERSION": "24.11.5"})  # reads no topology.yaml
+    assert [n.switch for n in older.nodes] == ["sw1", "sw1", "sw2", "sw2"]
+    with pytest.raises(TopologySourceError, match="no such topology file"):
+        load_topology(slurm_config=conf, topology_conf=str(etc / "none.yaml"))
+
+
 def test_missing_indices_are_guessed_with_a_warning():
     nodes = (SlurmNode("node1", "MIXED", gpus=8, gpus_used=2, partitions=("main",)),)
     job = SlurmJob("3", user="a", state="RUNNING", gpus=2, gpus_per_node=2, per_node_fixed=True, nodes=("node1",),

@@ -27,6 +27,7 @@ from attentived.daemon.records import SlurmPartition
 from attentived.daemon.testing import FakeBackend
 from attentived.ops import inspect as ins
 from attentived.ops.explain import explain
+from attentived.ops.lab import Lab
 from tests.daemon.test_apply import NOW, TOPO, cluster, pending, running
 from tests.daemon.test_snapshot import snapshot22
 
@@ -360,6 +361,16 @@ def test_config_check(tmp_path):
     assert by["state_dir"]["level"] == "info"  # created by the daemon
     offline = ins.config_check(good, slurm=False)
     assert offline["ok"] and not offline["slurm_checked"]
+    # a topology.yaml whose default topology is not modelled: planned as one switch, said so
+    etc = Lab(run_dir=tmp_path / "lab").render()
+    ring = etc / "topology.yaml"
+    ring.write_text("- topology: r\n  ring:\n    rings:\n      - ring: r1\n        nodes: node[1-4]\n")
+    yaml_conf = tmp_path / "yaml.toml"
+    yaml_conf.write_text(f'partitions = ["main"]\nstate_dir = "{tmp_path / "s"}"\ngres_conf = "{etc / "gres.conf"}"\n'
+                         f'topology_conf = "{ring}"\n')
+    by = {x["check"]: x for x in ins.config_check(yaml_conf, backend=fake)["checks"]}
+    assert by["topology"]["level"] == "warning" and "1 leaf switches" in by["topology"]["message"]
+    assert by["topology"]["message"].endswith("ring topologies are not modelled: planned as one switch")
 
 
 # ---- the real Slurm ------------------------------------------------------------------------------
