@@ -94,7 +94,7 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
             "no disable_job_shrink: Slurm reads a ReqNodeList on a running job as a request to shrink it to those "
             "nodes, so a pin that reaches a job Slurm started a moment before could drop nodes from it (only a job "
             "on more nodes than planned, rare); with disable_job_shrink Slurm refuses such a pin")))
-    if conf.get("TopologyPlugin", "") in ("", "topology/none", "(null)"):
+    if conf.get("TopologyPlugin", "") in ("", "topology/none", "topology/flat", "(null)"):  # flat: 25.05's default
         out.append(Finding("info", "TopologyPlugin", "no topology plugin: switches come from topology.yaml, topology.conf or the cluster file only"))
     return out
 

@@ -32,12 +32,15 @@ class TopologySourceError(ValueError):
 @dataclass(frozen=True)
 class TopologySource:
     kind: str  # "cluster_file" or "slurm"
-    paths: tuple[str, ...]
-    mtimes: tuple[float, ...]
+    paths: tuple[str, ...]  # the files read
+    mtimes: tuple[float, ...]  # of `watched`
     note: str = ""  # what of the source is not modelled (a topology.yaml ring), said when loaded
+    #: The files whose change means reading again (default: `paths`): also the switch file
+    #: not read, or not there yet, beside slurm.conf (a topology.yaml written later wins).
+    watched: tuple[str, ...] = ()
 
     def changed(self) -> bool:
-        return _mtimes(self.paths) != self.mtimes
+        return _mtimes(self.watched or self.paths) != self.mtimes
 
 
 def slurm_conf_dir(slurm_config: Mapping[str, str] | None, slurm_conf: str = "") -> Path:
@@ -71,7 +74,9 @@ def load_topology(*, cluster_file: str = "", gres_conf: str = "", topology_conf:
         raise TopologySourceError(f"{topo_path}: no such topology file")
     topo = topology_from_slurm(gres_text, switches, gres_source=str(gres_path), topology_source=str(topo_path))
     paths = (str(gres_path),) + ((str(topo_path),) if switches is not None else ())
-    return topo, TopologySource("slurm", paths, _mtimes(paths), note)
+    candidates = (topo_path,) if topology_conf else (base / "topology.yaml", base / "topology.conf")
+    watched = (str(gres_path), *(str(p) for p in candidates))
+    return topo, TopologySource("slurm", paths, _mtimes(watched), note, watched)
 
 
 def _switches_file(base: Path, slurm_version: str) -> Path:

@@ -7,8 +7,11 @@ the whole cluster with that one, read as topology.conf's switches would be:
 
 * ``tree``: its ``switches`` (``switch``, ``children`` switches, leaf ``nodes``), with the
   same checks as topology.conf (`slurm_conf.switch_tree`);
-* ``block``: each block a leaf switch under one root named after the topology: a job
-  inside one block stays on its fast links, one across blocks does not;
+* ``block``: each block a leaf switch under one root named after the topology, so the
+  consolidating placement keeps a job inside one block where it can. Slurm's block plugin
+  goes further: it refuses a job whose nodes span blocks of the size it needs, or lie in no
+  block (`eval_nodes_block.c`), which the plan does not rule out; the reason says so, and
+  such a start shows up as a stall, routed around a cycle later;
 * ``flat``: one switch, as without any file;
 * ``ring`` and ``torus3d``: not modelled, read as flat; the reason says so.
 
@@ -33,8 +36,8 @@ KINDS = ("tree", "block", "flat", "ring", "torus3d")
 
 @dataclass(frozen=True)
 class YamlTopology:
-    """The topology the daemon plans with: its name and kind, its switches, and why it is
-    read as flat when its kind is not modelled ("" otherwise)."""
+    """The topology the daemon plans with: its name and kind, its switches, and what of it
+    is not modelled ("" when all is)."""
 
     name: str
     kind: str
@@ -51,25 +54,30 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> YamlTopo
                                  line=mark.line + 1 if mark else None) from None
     except RecursionError:  # PyYAML composes nested collections recursively
         raise TopologyParseError(source, "nested too deeply to be a topology") from None
-    if not isinstance(doc, yaml.SequenceNode) or not doc.value:
+    if not isinstance(doc, (yaml.SequenceNode, yaml.MappingNode)) or not doc.value:
         raise TopologyParseError(source, "expected a list of topologies (- topology: NAME ...)",
                                  line=doc.start_mark.line + 1 if doc is not None else None)
-    chosen = [_fields(t, source, "a topology") for t in doc.value]
-    default = next((t for t in chosen if _flag(t.get("cluster_default"), source)), chosen[0])
-    name = _text(default.get("topology"), source, "topology", doc.value[chosen.index(default)])
-    kinds = [k for k in KINDS if k in default and not _empty(default[k])]
-    if not kinds and "flat" in default:
-        kinds = ["flat"]  # topoconf's dump of a flat topology: every kind empty
+    nodes = _items(doc, source, "the topologies")
+    chosen = [_fields(t, source, "a topology") for t in nodes]
+    default = next((t for t in chosen if _flag(t.get("cluster_default"))), chosen[0])
+    where = nodes[chosen.index(default)]
+    name = _text(default.get("topology"), source, "topology", where)
+    kinds = [k for k in KINDS if k != "flat" and k in default and not _empty(default[k])]
+    flat = default.get("flat")  # true, or its options; topoconf prints flat: {} beside any kind
+    if flat is not None and (not kinds or _flag(flat) or isinstance(flat, yaml.MappingNode) and flat.value):
+        kinds.append("flat")
     if len(kinds) != 1:
         raise TopologyParseError(source, f"topology {name} must have exactly one of {', '.join(KINDS)}",
-                                 line=doc.value[chosen.index(default)].start_mark.line + 1)
+                                 line=where.start_mark.line + 1)
     kind = kinds[0]
     body = default[kind]
     empty = SwitchTree(leaf_of={}, parent={}, link_speed={}, line_of={})
     if kind == "tree":
         return YamlTopology(name, kind, _tree(body, source))
     if kind == "block":
-        return YamlTopology(name, kind, _blocks(name, body, source))
+        return YamlTopology(name, kind, _blocks(name, body, source),
+                            "blocks are read as leaf switches: a job across blocks or on nodes in none, which "
+                            "Slurm refuses, is not ruled out of the plan")
     if kind == "flat":
         return YamlTopology(name, kind, empty)
     return YamlTopology(name, kind, empty, f"{kind} topologies are not modelled: planned as one switch")
@@ -116,6 +124,9 @@ def _fields(node: yaml.Node | None, source: str, what: str) -> dict[str, yaml.No
 
 
 def _items(node: yaml.Node | None, source: str, what: str) -> list[yaml.Node]:
+    """A list's entries; a mapping alone is one entry, as Slurm reads it."""
+    if isinstance(node, yaml.MappingNode) and node.value:
+        return [node]
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         raise TopologyParseError(source, f"{what} must be a non-empty list",
                                  line=node.start_mark.line + 1 if node is not None else None)
@@ -131,17 +142,22 @@ def _text(node: yaml.Node | None, source: str, key: str, parent: yaml.Node | Non
 
 
 def _hostlist(node: yaml.Node | None, source: str, key: str, parent: yaml.Node | None = None) -> str:
-    """A hostlist string, or a list of them (joined as Slurm joins them)."""
+    """A hostlist string (``node[1-4]``); Slurm takes no YAML list here, and neither do we."""
     if isinstance(node, yaml.SequenceNode):
-        return ",".join(_text(item, source, key) for item in node.value)
+        raise TopologyParseError(source, f"{key}: a hostlist string such as node[1-4], not a list",
+                                 line=node.start_mark.line + 1)
     return _text(node, source, key, parent)
 
 
-def _flag(node: yaml.Node | None, source: str) -> bool:
-    if node is None:
+def _flag(node: yaml.Node | None) -> bool:
+    """A boolean as Slurm's data_parser reads one (`_convert_data_force_bool`): nothing, false,
+    no, off, n, f or 0 is false; any other value true."""
+    if node is None or not isinstance(node, yaml.ScalarNode) or node.tag == "tag:yaml.org,2002:null":
         return False
-    value = str(node.value).strip().lower() if isinstance(node, yaml.ScalarNode) else ""
-    if value not in ("true", "false", "yes", "no"):
-        raise TopologyParseError(source, f"cluster_default must be true or false, found {value or 'a structure'}",
-                                 line=node.start_mark.line + 1)
-    return value in ("true", "yes")
+    value = str(node.value).strip().lower()
+    if value in ("", "~", "null", "false", "no", "off", "n", "f"):
+        return False
+    try:
+        return float(value) != 0
+    except ValueError:
+        return True

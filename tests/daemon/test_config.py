@@ -85,6 +85,9 @@ def test_slurm_settings_are_checked():
     assert "disable_job_shrink" in found["SchedulerParameters"].message  # the lab's Slurm permits shrinking
     shrink = dict(conf, SchedulerParameters="disable_job_shrink,bf_interval=1")
     assert "SchedulerParameters" not in {f.key for f in check_slurm_config(shrink)}
+    assert "TopologyPlugin" not in {f.key for f in check_slurm_config(conf)}  # the lab's topology/tree
+    for none in ("topology/none", "topology/flat"):  # flat: what 25.05 and later run without one
+        assert "TopologyPlugin" in {f.key for f in check_slurm_config(dict(conf, TopologyPlugin=none))}
 
 
 def test_a_timeout_too_short_for_slurms_db_index_refusal_is_named():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -86,13 +87,17 @@ def test_a_topology_yaml_beside_slurm_conf_wins_over_topology_conf(tmp_path):
     """As slurmctld from 25.05 on: topology.yaml, where it exists, and not topology.conf."""
     etc = Lab(run_dir=tmp_path / "lab").render()
     conf = {"SLURM_CONF": str(etc / "slurm.conf"), "SLURM_VERSION": "26.05.5"}
+    _, before = load_topology(slurm_config=conf)  # topology.conf, until a topology.yaml appears
+    assert before.paths[-1] == str(etc / "topology.conf") and not before.changed()
     (etc / "topology.yaml").write_text("- topology: racks\n  cluster_default: true\n  tree:\n    switches:\n"
                                        "      - switch: rack1\n        nodes: node[1-3]\n"
                                        "      - switch: rack2\n        nodes: node4\n")
+    assert before.changed()
     topo, src = load_topology(slurm_config=conf)
     assert [n.switch for n in topo.nodes] == ["rack1", "rack1", "rack1", "rack2"] and not src.note
     assert src.paths == (str(etc / "gres.conf"), str(etc / "topology.yaml")) and not src.changed()
     (etc / "topology.yaml").write_text("- topology: r\n  ring:\n    rings:\n      - ring: r1\n        nodes: node[1-4]\n")
+    os.utime(etc / "topology.yaml", (1e9, 1e9))  # a change within the clock's tick would not show
     assert src.changed()
     flat, src2 = load_topology(slurm_config=conf)
     assert len(flat.switch_names) == 1 and "ring topologies are not modelled" in src2.note

@@ -81,11 +81,26 @@ def test_a_tree_reads_as_topology_conf_does() -> None:
 
 def test_the_cluster_default_is_chosen_and_blocks_are_leaf_switches() -> None:
     chosen = parse_topology_yaml(TWO_TOPOLOGIES)
-    assert (chosen.name, chosen.kind) == ("topo2", "block")
+    assert (chosen.name, chosen.kind) == ("topo2", "block") and "is not ruled out" in chosen.unmodelled
     assert chosen.tree.leaf_of == {"node1": "b1", "node2": "b1", "node3": "b1", "node4": "b2"}
     assert chosen.tree.parent == {"b1": "topo2", "b2": "topo2", "topo2": None}
     topo = topology_from_slurm(LAB_GRES, chosen.tree)
     assert [n.switch for n in topo.nodes] == ["b1", "b1", "b1", "b2"]
+
+
+def test_what_slurm_accepts_besides_lists_and_true() -> None:
+    """Slurm's parser takes a mapping for a list of one (the file, ``switches``, ``blocks``),
+    reads booleans as its data_parser does, and ignores ``flat: false`` beside a tree."""
+    one = parse_topology_yaml("topology: t\ntree:\n  switches:\n    switch: s1\n    nodes: node[1-2]\n")
+    assert (one.name, one.kind, one.tree.leaf_of) == ("t", "tree", {"node1": "s1", "node2": "s1"})
+    blocks = parse_topology_yaml("- topology: b\n  block:\n    blocks: {block: b1, nodes: 'node[1-4]'}\n")
+    assert blocks.tree.leaf_of == dict.fromkeys(("node1", "node2", "node3", "node4"), "b1")
+    for value, default in (("on", "second"), ("y", "second"), ("1", "second"), ("maybe", "second"),
+                           ("off", "first"), ("n", "first"), ("0", "first"), ("", "first")):
+        text = f"- topology: first\n  flat: true\n- topology: second\n  cluster_default: {value}\n  flat: true\n"
+        assert parse_topology_yaml(text).name == default, value
+    tree = parse_topology_yaml("- topology: t\n  flat: false\n  tree:\n    switches:\n      - switch: s\n        nodes: n1\n")
+    assert tree.kind == "tree"
 
 
 def test_flat_is_one_switch_and_a_ring_is_read_as_flat_saying_so() -> None:
@@ -106,9 +121,11 @@ def test_flat_is_one_switch_and_a_ring_is_read_as_flat_saying_so() -> None:
     ("- topology: t\n  tree:\n    switches: []\n", 3, "must be a non-empty list"),
     ("- topology: t\n  tree: {switches: [{switch: a}]}\n  block: {blocks: [{block: b, nodes: n1}]}\n", 1,
      "exactly one of"),
-    ("- topology: t\n  cluster_default: maybe\n  flat: true\n", 2, "cluster_default must be true or false"),
+    ("- topology: t\n  tree:\n    switches:\n      - switch: a\n        nodes: [node1, node2]\n", 5,
+     "nodes: a hostlist string such as node\\[1-4\\], not a list"),
     ("- topology: t\n  tree:\n    switches:\n      - nodes: node1\n", 4, "switch: a name is required"),
-    ("topology: t\n", 1, "expected a list of topologies"),
+    ("topology: t\n", 1, "exactly one of"),
+    ("just words\n", 1, "expected a list of topologies"),
     ("- topology: t\n  tree: [unclosed\n", 3, "not YAML"),
     ("", None, "expected a list of topologies"),
 ])
