@@ -98,6 +98,15 @@ def test_jobs_slurm_keeps_apart_hold_their_nodes_whole(version, nodes_file):
     assert built.running_gpus[ids["exclusive_user_running"]] == (0, 1)  # what Slurm allocated it
 
 
+def test_partitions_keeping_nodes_apart_in_26_05s_words():
+    """26.05 writes a partition's exclusivity as ``Exclusive=NODE|USER|TOPO`` (recorded: its
+    held jobs show ``shared`` none, user and topo in data_parser v0.0.44)."""
+    d = FIX.parent / "slurm-26.05"
+    ids = json.loads((d / "scenario-exclusive-partitions.json").read_text())
+    jobs = {j.job_id: j for j in parse_squeue((d / "squeue-exclusive-partitions.json").read_text()).jobs}
+    assert {k: jobs[i].exclusive for k, i in ids.items()} == {"node": True, "user": True, "topo": True, "plain": False}
+
+
 def test_a_node_kept_by_a_user_comes_back_when_its_last_exclusive_job_ends():
     """alice's ``--exclusive=user`` job (2 GPUs, 10 h) shares node1 with her own 1-GPU job (1 h),
     which Slurm allows; carol's CPU-only ``--exclusive`` job holds node2 for 30 min; nodes
