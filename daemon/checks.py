@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .records import SlurmParseError, SlurmVersion
+from .records import SlurmVersion
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
     if select and select != "select/cons_tres":
         out.append(Finding("warning", "SelectType", f"SelectType={select}: GPU indices per job need select/cons_tres"))
     if (conf.get("AccountingStorageType", "") == "accounting_storage/slurmdbd" and command_timeout <= DB_INDEX_HOLD
-            and _before_24_11(conf.get("SLURM_VERSION", ""))):
+            and SlurmVersion.older_than(conf.get("SLURM_VERSION", ""), 24, 11, unknown=True)):
         out.append(Finding("warning", "command_timeout", (
             f"command_timeout = {command_timeout:g} s: Slurm {conf.get('SLURM_VERSION', '?')} holds an update of a job "
             f"slurmdbd has not registered yet for {DB_INDEX_HOLD:g} s before refusing it; with a shorter timeout that "
@@ -97,15 +97,6 @@ def check_slurm_config(conf: Mapping[str, str], *, priority_floor: int = 1_000_0
     if conf.get("TopologyPlugin", "") in ("", "topology/none", "topology/flat", "(null)"):  # flat: 25.05's default
         out.append(Finding("info", "TopologyPlugin", "no topology plugin: switches come from topology.yaml, topology.conf or the cluster file only"))
     return out
-
-
-def _before_24_11(text: str) -> bool:
-    """Whether ``scontrol show config``'s SLURM_VERSION is older than 24.11 (unreadable:
-    assume so)."""
-    try:
-        return SlurmVersion.parse(text).tuple < (24, 11)
-    except SlurmParseError:
-        return True
 
 
 OPERATOR_LEVELS = ("operator", "administrator")

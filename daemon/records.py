@@ -111,6 +111,15 @@ class SlurmVersion:
         """``scontrol show ... --json`` exists from 23.02 on."""
         return (self.major, self.minor) >= (23, 2)
 
+    @classmethod
+    def older_than(cls, text: str, major: int, minor: int, *, unknown: bool) -> bool:
+        """Whether the Slurm ``text`` names (``scontrol show config``'s SLURM_VERSION) is
+        older than ``major.minor``; ``unknown`` when it names no version."""
+        try:
+            return cls.parse(text).tuple < (major, minor)
+        except SlurmParseError:
+            return unknown
+
     @property
     def squeue_json(self) -> str:
         """``squeue``'s flag for the JSON the daemon reads. From 26.05 on, Slurm's own format

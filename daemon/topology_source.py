@@ -22,7 +22,7 @@ from attentived.topology import Topology, load_cluster_file, topology_from_slurm
 from attentived.topology.slurm_conf import SwitchTree
 from attentived.topology.slurm_yaml import parse_topology_yaml
 
-from .records import SlurmParseError, SlurmVersion
+from .records import SlurmVersion
 
 
 class TopologySourceError(ValueError):
@@ -83,10 +83,8 @@ def _switches_file(base: Path, slurm_version: str) -> Path:
     """topology.yaml where it exists (slurmctld then ignores topology.conf), else topology.conf;
     topology.conf on a Slurm before 25.05, which reads no topology.yaml."""
     yaml_path = base / "topology.yaml"
-    try:
-        before_yaml = SlurmVersion.parse(slurm_version).tuple < (25, 5)
-    except SlurmParseError:  # not known (no Slurm asked): the file there is the one meant
-        before_yaml = False
+    # a version not known (no Slurm asked): the file there is the one meant
+    before_yaml = SlurmVersion.older_than(slurm_version, 25, 5, unknown=False)
     return yaml_path if yaml_path.is_file() and not before_yaml else base / "topology.conf"
 
 

@@ -103,10 +103,13 @@ def _mtime_ns(path: Path) -> int | None:
         return None
 
 
+def lab_version(lab) -> SlurmVersion:
+    return SlurmVersion.parse(lab.run(["scontrol", "--version"]).stdout)
+
+
 def _restart_slurmctld(lab) -> None:
     argv = [str(lab.run_dir / "bin" / "slurmctld"), "-f", str(lab.slurm_conf)]
-    version = SlurmVersion.parse(lab.run(["scontrol", "--version"]).stdout)
-    if version.tuple >= (26, 5) and not (lab.run_dir / "state" / "assoc_usage").exists():
+    if lab_version(lab).tuple >= (26, 5) and not (lab.run_dir / "state" / "assoc_usage").exists():
         # 26.05 will not start from a saved state without it ("fatal: No Assoc usage file",
         # assoc_mgr.c), which it writes only every 5 minutes and at shutdown: a controller
         # killed sooner is started as an admin would have to, ignoring that error (-i)

@@ -28,12 +28,11 @@ from contextlib import contextmanager
 import pytest
 
 from attentived.daemon.cycle import CycleRunner
-from attentived.daemon.records import SlurmVersion
 from attentived.daemon.unregistered import probe_update
 from attentived.topology import hostlist
 
 from .test_daemon_slurm import busy_cluster, config_for, held_in_reservation, jobs_now, ours, wait_until
-from .test_faults_slurm import _restart_slurmctld, _slurmctld_pid, nodes_responding
+from .test_faults_slurm import _restart_slurmctld, _slurmctld_pid, lab_version, nodes_responding
 
 pytestmark = [pytest.mark.slurm, pytest.mark.faults]
 
@@ -55,7 +54,7 @@ def slurmdbd_stopped(lab) -> Iterator[None]:
 def refusing_slurm(clean_lab) -> None:
     """What these tests drive is Slurm's before 24.11: from 24.11 on slurmctld makes a job's
     index itself and refuses no update for it (on 26.05: the updates were taken)."""
-    version = SlurmVersion.parse(clean_lab.run(["scontrol", "--version"]).stdout)
+    version = lab_version(clean_lab)
     if version.tuple >= (24, 11):
         pytest.skip(f"Slurm {version} refuses no update of a job slurmdbd has not registered")
 
