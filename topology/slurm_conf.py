@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import hostlist
 from .model import Bandwidths, Link, Node, Topology
@@ -50,10 +50,10 @@ class SwitchTree:
     switch's defining line, so later errors about its nodes can point there.
     """
 
-    leaf_of: dict[str, str]
-    parent: dict[str, str | None]
-    link_speed: dict[str, int]
-    line_of: dict[str, int]
+    leaf_of: dict[str, str] = field(default_factory=dict)
+    parent: dict[str, str | None] = field(default_factory=dict)
+    link_speed: dict[str, int] = field(default_factory=dict)
+    line_of: dict[str, int] = field(default_factory=dict)
 
 
 def parse_gres_conf(
@@ -98,7 +98,7 @@ def parse_topology_conf(text: str, *, source: str = "topology.conf") -> SwitchTr
 def switch_tree(records: Iterable[tuple[int, dict[str, str]]], source: str) -> SwitchTree:
     """The tree of ``SwitchName=`` records (line number, keys), from topology.conf or
     topology.yaml (`slurm_yaml`), with parse_topology_conf's checks."""
-    tree = SwitchTree(leaf_of={}, parent={}, link_speed={}, line_of={})
+    tree = SwitchTree()
     children: dict[str, tuple[str, int]] = {}  # child switch -> (parent, line)
     for number, record in records:
         _switch_line(record, number, source, tree, children)
@@ -135,7 +135,7 @@ def topology_from_slurm(
     elif topology_text is not None:
         tree = parse_topology_conf(topology_text, source=topology_source)
     else:
-        tree = SwitchTree(leaf_of={}, parent={}, link_speed={}, line_of={})
+        tree = SwitchTree()
     counts = _expand_counts(gpus_per_node or {})
     nodes = parse_gres_conf(
         gres_text,

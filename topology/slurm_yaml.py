@@ -71,7 +71,6 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> YamlTopo
                                  line=where.start_mark.line + 1)
     kind = kinds[0]
     body = default[kind]
-    empty = SwitchTree(leaf_of={}, parent={}, link_speed={}, line_of={})
     if kind == "tree":
         return YamlTopology(name, kind, _tree(body, source))
     if kind == "block":
@@ -79,8 +78,8 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> YamlTopo
                             "blocks are read as leaf switches: a job across blocks or on nodes in none, which "
                             "Slurm refuses, is not ruled out of the plan")
     if kind == "flat":
-        return YamlTopology(name, kind, empty)
-    return YamlTopology(name, kind, empty, f"{kind} topologies are not modelled: planned as one switch")
+        return YamlTopology(name, kind, SwitchTree())
+    return YamlTopology(name, kind, SwitchTree(), f"{kind} topologies are not modelled: planned as one switch")
 
 
 def _tree(body: yaml.Node, source: str) -> SwitchTree:
