@@ -143,7 +143,7 @@ class Lab:
                  nodes_per_switch: int = 2, port_base: int | None = None,
                  sched_type: str | None = None, prio_type: str | None = None,
                  sched_params: str | None = None, extra_conf: str | None = None,
-                 warmup: bool = True, users: Iterable[str] = USERS,
+                 topology: str | None = None, warmup: bool = True, users: Iterable[str] = USERS,
                  accounting: bool = True, operator: str | None = OPERATOR,
                  slurm: str | None = None, timeout: float = 30) -> None:
         self.run_dir = Path(run_dir or os.environ.get("ATTENTIVED_LAB_RUN") or DEFAULT_RUN_DIR)
@@ -159,6 +159,7 @@ class Lab:
         self.prio_type = prio_type
         self.sched_params = sched_params
         self.extra_conf = extra_conf
+        self.topology = topology  # topology.conf's text instead of the lab's switches
         self.warmup = warmup
         self.users = tuple(users)
         self.accounting = bool(accounting)
@@ -252,7 +253,8 @@ class Lab:
         env["ATTENTIVED_LAB_ACCOUNTING"] = "1" if self.accounting else "0"
         env["ATTENTIVED_LAB_OPERATOR"] = self.operator
         for key, value in (("SCHED_TYPE", self.sched_type), ("PRIO_TYPE", self.prio_type),
-                           ("SCHED_PARAMS", self.sched_params), ("EXTRA_CONF", self.extra_conf)):
+                           ("SCHED_PARAMS", self.sched_params), ("EXTRA_CONF", self.extra_conf),
+                           ("TOPOLOGY", self.topology)):
             if value is not None:
                 env[f"ATTENTIVED_LAB_{key}"] = value
         return env

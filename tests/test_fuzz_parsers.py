@@ -45,7 +45,8 @@ _NASTY = st.sampled_from(["", "\x00", "\n", "=", "==", " ", ",", "[", "]", "{", 
                           "99999999999999999999", "-1", "1e308", "nan", "GPU", "GPU0", "NV", "X", "é", "\u202e",
                           "'", '"', ";", "$(id)", "`id`", "\r", "\t", "gpu:", "gpu:a100:", "IDX:", "0-", "9-1",
                           "Name=gpu", "NodeName=", "SwitchName=", "Links=", "File=/dev/nvidia", "Nodes=n[1-",
-                          "Switches=", "[[nodes]]", "names =", "gpus = -1", "JobId=", "ReservationName="])
+                          "Switches=", "BlockName=", "BlockSizes=", "block_sizes:",
+                          "[[nodes]]", "names =", "gpus = -1", "JobId=", "ReservationName="])
 
 
 @st.composite
@@ -226,7 +227,7 @@ def test_scontrol_config_mutations(text: str) -> None:
 # ---- topology inputs ----------------------------------------------------------------------
 NVSMI = _texts(TOPO_FX, "*.txt")
 GRES = _texts(TOPO_FX, "*gres.conf")
-TOPOCONF = _texts(TOPO_FX, "*topology.conf")
+TOPOCONF = _texts(TOPO_FX, "*topology.conf") + _texts(DAEMON_FX / "slurm-24.11", "topology-block.conf")
 CLUSTER = _texts(TOPO_FX, "*.toml")
 TOPOYAML = _texts(DAEMON_FX / "slurm-26.05", "*.yaml")  # a topology.yaml and topoconf's dump of it
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from . import hostlist
 from .model import Topology
 
 
@@ -23,9 +24,14 @@ def as_dict(topo: Topology, free=None) -> dict:
         if free is not None:
             entry["free"] = [int(g - base) for g in range(base, base + n.num_gpus) if free[g]]
         nodes.append(entry)
-    return {
+    out = {
         "nodes": nodes,
         "switches": dict(sorted(topo.switch_parent.items())),
         "bandwidths_gbps": asdict(topo.bandwidths),
         "gpus": topo.num_gpus,
     }
+    if topo.blocks is not None:  # Slurm's block topology: where a job's nodes must lie
+        b = topo.blocks
+        out["blocks"] = {"blocks": {name: hostlist.compress(m) for name, m in zip(b.names, b.members)},
+                         "block_sizes": [b.base_nodes << level for level in b.levels]}
+    return out

@@ -14,6 +14,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .blocks import Blocks
+
 
 class Link(IntEnum):
     """How two GPUs talk, ordered from closest to farthest.
@@ -184,11 +186,14 @@ class Topology:
 
     ``switch_parent`` maps each switch to its parent (``None`` for a root). Two nodes under
     the same leaf switch talk at ``NETWORK`` speed, otherwise at ``SPINE`` speed.
+    ``blocks``: Slurm's block topology, where the site runs one (each block is then a leaf
+    switch too): it decides which node sets slurmctld accepts for a job (`blocks.Blocks`).
     """
 
     nodes: tuple[Node, ...]
     switch_parent: dict[str, str | None] = field(default_factory=dict)
     bandwidths: Bandwidths = field(default_factory=Bandwidths)
+    blocks: Blocks | None = None
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -324,6 +329,18 @@ class Topology:
     def switch_nodes(self) -> tuple[np.ndarray, ...]:
         """Node indices under each leaf switch (``switch_names`` order), ascending."""
         return tuple(_frozen(np.flatnonzero(self.node_switch == k)) for k in range(len(self.switch_names)))
+
+    @cached_property
+    def node_block(self) -> np.ndarray:
+        """Each node's base block in `blocks` (Slurm's index), -1 for none: a node in no
+        block takes no job under the block plugin (every node is in block 0 without one).
+        Block members that are not nodes of this cluster (CPU-only ones) are skipped."""
+        out = np.full(len(self.nodes), -1 if self.blocks is not None else 0, dtype=np.int64)
+        if self.blocks is not None:
+            index = self.node_index
+            for k, members in reversed(list(enumerate(self.blocks.members))):  # the first block wins
+                out[[index[n] for n in members if n in index]] = k
+        return _frozen(out)
 
     @cached_property
     def gpu_switch(self) -> np.ndarray:

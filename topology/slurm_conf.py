@@ -15,12 +15,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from . import hostlist
+from .blocks import Blocks
 from .model import Bandwidths, Link, Node, Topology
 from .nvsmi import MAX_GPUS_PER_NODE, TopologyParseError
 from .shape import uniform
 
 _GRES_KEYS = ("NodeName", "Name", "Type", "File", "Cores", "Links", "Count", "Flags", "AutoDetect")
-_TOPOLOGY_KEYS = ("SwitchName", "Nodes", "Switches", "LinkSpeed")
+_TOPOLOGY_KEYS = ("SwitchName", "Nodes", "Switches", "LinkSpeed", "BlockName", "BlockSizes")
 _INTERVAL = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 #: Inclusive core-id intervals from ``Cores=``; kept as intervals so a huge range costs nothing.
@@ -47,13 +48,15 @@ class SwitchTree:
     """What topology.conf says: each node's leaf switch and each switch's parent.
 
     ``parent`` holds every defined switch (``None`` for roots); ``line_of`` is each
-    switch's defining line, so later errors about its nodes can point there.
+    switch's defining line, so later errors about its nodes can point there. A block
+    topology (`block_tree`) is a tree too, each block a leaf switch, with ``blocks`` set.
     """
 
     leaf_of: dict[str, str] = field(default_factory=dict)
     parent: dict[str, str | None] = field(default_factory=dict)
     link_speed: dict[str, int] = field(default_factory=dict)
     line_of: dict[str, int] = field(default_factory=dict)
+    blocks: Blocks | None = None
 
 
 def parse_gres_conf(
@@ -87,12 +90,63 @@ def parse_gres_conf(
 
 
 def parse_topology_conf(text: str, *, source: str = "topology.conf") -> SwitchTree:
-    """Read ``SwitchName=... Nodes=... | Switches=... [LinkSpeed=...]`` lines (topology/tree).
+    """Read ``SwitchName=... Nodes=... | Switches=... [LinkSpeed=...]`` lines (topology/tree),
+    or ``BlockName=... Nodes=...`` lines and a ``BlockSizes=`` line (topology/block).
 
     Rejects switches defined twice, nodes or switches with two parents, undefined child
     switches and cycles: Slurm refuses such a file too, but with a less precise message.
     """
-    return switch_tree(_records(text, source, _TOPOLOGY_KEYS), source)
+    records = list(_records(text, source, _TOPOLOGY_KEYS))
+    if any("BlockName" in r or "BlockSizes" in r for _, r in records):
+        return _block_conf(records, source)
+    return switch_tree(records, source)
+
+
+#: The root above a topology.conf's blocks: no hostlist makes a block of that name.
+BLOCKS_ROOT = "(blocks)"
+
+
+def _block_conf(records: list[tuple[int, dict[str, str]]], source: str) -> SwitchTree:
+    """A topology/block topology.conf: its blocks in order and its ``BlockSizes``."""
+    blocks: list[tuple[int, str, str | None]] = []
+    sizes: tuple[int, ...] = ()
+    sizes_line: int | None = None
+    for number, record in records:
+        if "BlockSizes" in record:
+            if len(record) > 1:
+                raise TopologyParseError(source, "BlockSizes= goes on a line of its own", line=number)
+            if sizes_line is not None:
+                raise TopologyParseError(source, f"BlockSizes= is already set on line {sizes_line}", line=number)
+            sizes = tuple(_int(v.strip(), "BlockSizes", source, number) for v in record["BlockSizes"].split(","))
+            sizes_line = number
+        elif "BlockName" in record:
+            other = sorted(set(record) - {"BlockName", "Nodes"})
+            if other:
+                raise TopologyParseError(source, f"{other[0]}= is not a key of a block (BlockName=, Nodes=)", line=number)
+            blocks.append((number, record["BlockName"], record.get("Nodes")))
+        else:
+            raise TopologyParseError(
+                source, "a topology.conf of blocks (BlockName=) cannot describe switches (SwitchName=) too", line=number)
+    if not blocks:
+        raise TopologyParseError(source, "BlockSizes= but no BlockName= line", line=sizes_line)
+    return block_tree(blocks, sizes, source, root=BLOCKS_ROOT, sizes_line=sizes_line)
+
+
+def block_tree(blocks: Sequence[tuple[int, str, str | None]], sizes: Sequence[int], source: str, *,
+               root: str, sizes_line: int | None = None) -> SwitchTree:
+    """Blocks (line, name, nodes' hostlist or ``None``), in Slurm's order, as leaf switches
+    under ``root``, with the `Blocks` slurmctld allocates by (``sizes``: ``BlockSizes``)."""
+    records = [(number, {"SwitchName": name, **({"Nodes": nodes} if nodes else {})}) for number, name, nodes in blocks]
+    root_record = {"SwitchName": root, "Switches": ",".join(name for _, name, _ in blocks)}
+    tree = switch_tree([*records, (blocks[0][0], root_record)], source)
+    members: dict[str, list[str]] = {name: [] for _, name, _ in blocks}
+    for node, leaf in tree.leaf_of.items():
+        members[leaf].append(node)
+    try:
+        found = Blocks.of(list(members), list(members.values()), sizes)
+    except ValueError as e:
+        raise TopologyParseError(source, str(e), line=sizes_line or blocks[0][0]) from None
+    return replace(tree, blocks=found)
 
 
 def switch_tree(records: Iterable[tuple[int, dict[str, str]]], source: str) -> SwitchTree:
@@ -167,7 +221,7 @@ def topology_from_slurm(
     parents = dict(tree.parent)
     if any(node.switch == "sw0" for node in built):
         parents.setdefault("sw0", None)
-    return Topology(nodes=built, switch_parent=parents, bandwidths=bandwidths or Bandwidths())
+    return Topology(nodes=built, switch_parent=parents, bandwidths=bandwidths or Bandwidths(), blocks=tree.blocks)
 
 
 # ---- shared line reader ----

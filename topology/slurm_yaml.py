@@ -7,11 +7,10 @@ the whole cluster with that one, read as topology.conf's switches would be:
 
 * ``tree``: its ``switches`` (``switch``, ``children`` switches, leaf ``nodes``), with the
   same checks as topology.conf (`slurm_conf.switch_tree`);
-* ``block``: each block a leaf switch under one root named after the topology, so the
-  consolidating placement keeps a job inside one block where it can. Slurm's block plugin
-  goes further: it refuses a job whose nodes span blocks of the size it needs, or lie in no
-  block (`eval_nodes_block.c`), which the plan does not rule out; the reason says so, and
-  such a start shows up as a stall, routed around a cycle later;
+* ``block``: its ``blocks`` and ``block_sizes``, read as topology.conf's ``BlockName=``
+  and ``BlockSizes=`` (`slurm_conf.block_tree`): each block a leaf switch under one root
+  named after the topology, and the rule by which slurmctld accepts a job's nodes
+  (`blocks.Blocks`), which every plan keeps to;
 * ``flat``: one switch, as without any file;
 * ``ring`` and ``torus3d``: not modelled, read as flat; the reason says so.
 
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 import yaml
 
 from .nvsmi import TopologyParseError
-from .slurm_conf import SwitchTree, switch_tree
+from .slurm_conf import SwitchTree, block_tree, switch_tree
 
 #: The topology kinds of topology.yaml(5), each a key of a topology's mapping.
 KINDS = ("tree", "block", "flat", "ring", "torus3d")
@@ -74,9 +73,7 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> YamlTopo
     if kind == "tree":
         return YamlTopology(name, kind, _tree(body, source))
     if kind == "block":
-        return YamlTopology(name, kind, _blocks(name, body, source),
-                            "blocks are read as leaf switches: a job across blocks or on nodes in none, which "
-                            "Slurm refuses, is not ruled out of the plan")
+        return YamlTopology(name, kind, _blocks(name, body, source))
     if kind == "flat":
         return YamlTopology(name, kind, SwitchTree())
     return YamlTopology(name, kind, SwitchTree(), f"{kind} topologies are not modelled: planned as one switch")
@@ -96,16 +93,32 @@ def _tree(body: yaml.Node, source: str) -> SwitchTree:
 
 
 def _blocks(name: str, body: yaml.Node, source: str) -> SwitchTree:
-    blocks = _items(_fields(body, source, "block").get("blocks"), source, "block: blocks")
-    records = []
+    fields = _fields(body, source, "block")
+    blocks = _items(fields.get("blocks"), source, "block: blocks")
+    found = []
     for node in blocks:
         f = _fields(node, source, "a block")
         block = _text(f.get("block"), source, "block", node)
         if block == name:
             raise TopologyParseError(source, f"block {block} is named as its topology", line=node.start_mark.line + 1)
-        records.append((node.start_mark.line + 1, {"SwitchName": block, "Nodes": _hostlist(f.get("nodes"), source, "nodes", node)}))
-    root = {"SwitchName": name, "Switches": ",".join(r["SwitchName"] for _, r in records)}
-    return switch_tree([*records, (blocks[0].start_mark.line + 1, root)], source)
+        nodes = f.get("nodes")
+        found.append((node.start_mark.line + 1, block, None if nodes is None or _empty(nodes) else _hostlist(nodes, source, "nodes", node)))
+    sizes_node = fields.get("block_sizes")
+    sizes = () if sizes_node is None or _empty(sizes_node) else _sizes(sizes_node, source)
+    return block_tree(found, sizes, source, root=name,
+                      sizes_line=sizes_node.start_mark.line + 1 if sizes_node is not None else None)
+
+
+def _sizes(node: yaml.Node, source: str) -> tuple[int, ...]:
+    """``block_sizes``: a list of whole numbers (one alone may stand for the list)."""
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    out = []
+    for item in items:
+        text = str(item.value).strip() if isinstance(item, yaml.ScalarNode) else ""
+        if not text.isdigit():
+            raise TopologyParseError(source, "block_sizes: a list of whole numbers of nodes", line=item.start_mark.line + 1)
+        out.append(int(text))
+    return tuple(out)
 
 
 def _empty(node: yaml.Node) -> bool:

@@ -18,7 +18,9 @@
 # ATTENTIVED_LAB_NODES_PER_SWITCH (2), ATTENTIVED_LAB_PORT_BASE (17817: slurmctld; node i uses
 # base+i), ATTENTIVED_LAB_SCHED_TYPE (sched/builtin), ATTENTIVED_LAB_PRIO_TYPE
 # (priority/multifactor), ATTENTIVED_LAB_SCHED_PARAMS (fast cadence), ATTENTIVED_LAB_EXTRA_CONF
-# (lines appended to slurm.conf; later keys win), ATTENTIVED_LAB_WARMUP (1),
+# (lines appended to slurm.conf; later keys win), ATTENTIVED_LAB_TOPOLOGY (topology.conf's text
+# instead of the switches above, e.g. BlockName= lines with TopologyPlugin=topology/block in
+# ATTENTIVED_LAB_EXTRA_CONF), ATTENTIVED_LAB_WARMUP (1),
 # ATTENTIVED_LAB_USERS ("alice bob carol"; empty: create none), ATTENTIVED_LAB_ACCOUNTING (1;
 # 0: no slurmdbd, finished jobs only in the job-completion file), ATTENTIVED_LAB_OPERATOR
 # (attentived: the service user made AdminLevel=Operator; empty: none), ATTENTIVED_LAB_SLURM
@@ -168,7 +170,7 @@ if [ "$ACCOUNTING" = 1 ]; then
     printf 'StoragePass=%s\n' "$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')" >> "$RUN/etc/slurmdbd.conf"
     chmod 600 "$RUN/etc/slurmdbd.conf"
 fi
-printf '%s' "$switch_lines" > "$RUN/etc/topology.conf"
+printf '%s' "${ATTENTIVED_LAB_TOPOLOGY:-$switch_lines}" > "$RUN/etc/topology.conf"
 cp "$LAB_HERE/cgroup.conf" "$RUN/etc/"
 if [ -n "${ATTENTIVED_LAB_EXTRA_CONF:-}" ]; then
     printf '# ATTENTIVED_LAB_EXTRA_CONF\n%s\n' "$ATTENTIVED_LAB_EXTRA_CONF" >> "$RUN/etc/slurm.conf"

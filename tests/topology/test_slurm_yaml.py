@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from attentived.topology import TopologyParseError, hostlist, parse_topology_conf, topology_from_slurm
+from attentived.topology.blocks import Blocks
 from attentived.topology.slurm_yaml import parse_topology_yaml
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -81,11 +82,14 @@ def test_a_tree_reads_as_topology_conf_does() -> None:
 
 def test_the_cluster_default_is_chosen_and_blocks_are_leaf_switches() -> None:
     chosen = parse_topology_yaml(TWO_TOPOLOGIES)
-    assert (chosen.name, chosen.kind) == ("topo2", "block") and "is not ruled out" in chosen.unmodelled
+    assert (chosen.name, chosen.kind, chosen.unmodelled) == ("topo2", "block", "")
     assert chosen.tree.leaf_of == {"node1": "b1", "node2": "b1", "node3": "b1", "node4": "b2"}
     assert chosen.tree.parent == {"b1": "topo2", "b2": "topo2", "topo2": None}
     topo = topology_from_slurm(LAB_GRES, chosen.tree)
     assert [n.switch for n in topo.nodes] == ["b1", "b1", "b1", "b2"]
+    # block_sizes: [2]: base blocks of 2 nodes, no aggregation; slurmctld plans by it
+    assert topo.blocks == Blocks(("b1", "b2"), (("node1", "node2", "node3"), ("node4",)), 2, (0,))
+    assert topo.node_block.tolist() == [0, 0, 0, 1]
 
 
 def test_what_slurm_accepts_besides_lists_and_true() -> None:
