@@ -16,7 +16,8 @@ exclusive job needs nodes where nothing runs and holds them whole, their other G
 each node must have the job's GPU type and all its features, be in one of its partitions and not in its ``-x`` list. A ``-w`` list must be
 covered whole (Slurm puts the job on every node it names), so the job runs on exactly those
 nodes: one of them, or, for several, an exact set of GPUs touching each (a job that would
-need nodes beyond its list is left to Slurm). Without node capacity (``ClusterState.nodes``
+need nodes beyond its list is left to Slurm). Under Slurm's block topology a job's nodes
+must lie where its size says (`topology.blocks`): the GPUs are cut to one such region. Without node capacity (``ClusterState.nodes``
 is ``None``) only ``-w``, ``-x`` and ``--exclusive`` (whole free nodes) can be honoured, and
 a job asking none of them costs nothing: `Fit.usable` returns the free mask itself, the
 simulator's fast path.
@@ -94,9 +95,10 @@ class Fit:
         included) passes Slurm's checks. A node keeps only as many GPUs as the job's CPU
         and memory share there allows, its fullest NVLink islands' first."""
         sized = self.cpus is not None and job.asks_resources
-        if not (sized or job.placement_constrained or (self._capacity is not None and self._capacity.confines(job))):
-            return free
         topo = self.topology
+        if not (sized or job.placement_constrained or topo.blocks is not None
+                or (self._capacity is not None and self._capacity.confines(job))):
+            return free
         node_free = topo.per_node(free)
         room = np.where(self._static(job), node_free, 0)  # GPUs the job may take on each node
         if job.exclusive:
@@ -108,6 +110,8 @@ class Fit:
             limit = self._share_limit(job)
             room = np.where(limit >= job.num_gpus, room, np.minimum(room, limit))
         listed = self._listed(job)
+        if topo.blocks is not None:
+            room = np.where(self._block_region(job, room, listed), room, 0)
         if job.num_nodes is not None:
             per = job.num_gpus // job.num_nodes
             if listed is not None and (len(listed) != job.num_nodes or (room[listed] < per).any()):
@@ -116,6 +120,30 @@ class Fit:
         if listed is not None and len(listed) > 1:
             room = _cover(room, listed, job.num_gpus)
         return _fullest_first(topo, free, room)
+
+    def _block_region(self, job: PendingJob, room: np.ndarray, listed: np.ndarray | None) -> np.ndarray:
+        """Per node, whether ``job`` may be placed there under Slurm's block topology:
+        inside the part of one block where every placement of it passes (`Blocks.region`,
+        sized by the fewest nodes it can take); a ``-w`` list only where slurmctld accepts
+        the list itself. A job whose partitions hold no node in a block is placed as
+        without blocks: slurmctld evaluates blocks only for a job whose candidate nodes
+        include some (`topology_p_eval_nodes`)."""
+        topo = self.topology
+        blocks = topo.blocks
+        assert blocks is not None
+        parts = None if self._capacity is None else self._capacity.partition_nodes
+        within = parts.get(job.partition) if parts else None
+        if not (topo.node_block[within] >= 0 if within is not None else topo.node_block >= 0).any():
+            return np.ones(len(room), dtype=bool)
+        if listed is not None:
+            return np.full(len(room), blocks.allows(topo.node_block, listed))
+        if job.num_nodes is not None:
+            per = job.num_gpus // job.num_nodes
+            return blocks.region(topo.node_block, (room >= per).astype(np.int64), job.num_nodes, job.num_nodes)
+        most = int(room.max(initial=0))
+        if most <= 0:
+            return np.zeros(len(room), dtype=bool)
+        return blocks.region(topo.node_block, room, job.num_gpus, -(-job.num_gpus // most))
 
     def _share_limit(self, job: PendingJob) -> np.ndarray:
         """Per node, the most GPUs of ``job`` whose CPU and memory share fit what is left."""

@@ -582,8 +582,11 @@ class ClusterState:
     def irregular(self) -> np.ndarray:
         """Queue indices of the jobs for which enough free GPUs does not mean they fit: a
         node count, a placement constraint, or CPUs, memory or partitions that leave out
-        nodes where nodes say what is left (`attentived.agents.fit.Fit.usable`)."""
+        nodes where nodes say what is left (`attentived.agents.fit.Fit.usable`); every job
+        under Slurm's block topology (its GPUs must lie in one block's part)."""
         nodes = self.nodes
+        if self.topology.blocks is not None:
+            return np.arange(len(self.pending), dtype=np.int64)
         return np.array([i for i, j in enumerate(self.pending)
                          if j.num_nodes is not None or j.placement_constrained
                          or (nodes is not None and (j.asks_resources or nodes.confines(j)))],

@@ -1,0 +1,105 @@
+"""Every policy keeps to Slurm's block topology: under ``topology/block`` slurmctld refuses
+a job pinned across blocks the size it needs, or to nodes in no block, so a plan that did
+so would leave GPUs idle until the pin is found stalled (`topology.blocks`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from attentived.agents.fit import Fit
+from attentived.agents.placement import Consolidate
+from attentived.agents.registry import ALL, make_policy, unsupported
+from attentived.agents.state import PendingJob
+from attentived.topology import parse_topology_conf
+
+from ..topology.test_blocks import lab8
+from .conftest import RunningJob, capacity, job, make_state
+
+
+def accepted(topo, gpus) -> bool:
+    return topo.blocks.allows(topo.node_block, np.unique(topo.gpu_node[list(gpus)]))
+
+
+def random_state(topo, seed):
+    """node1-8 x 8 GPUs in blocks of two nodes (BlockSizes=2,4): running jobs on random
+    GPUs, a queue of 1 to 40 GPUs (some with a node count)."""
+    rng = np.random.default_rng(seed)
+    busy = rng.permutation(topo.num_gpus)[: int(rng.integers(0, topo.num_gpus - 8))]
+    running = [RunningJob(f"r{i}", "x", (int(g),), 0.0, 0.0, float(rng.integers(100, 5000))) for i, g in enumerate(busy)]
+    pending = []
+    for i in range(int(rng.integers(3, 12))):
+        gpus = int(rng.choice([1, 2, 4, 8, 12, 16, 24, 40]))
+        nodes = int(rng.choice([2, 3])) if gpus in (16, 24) and rng.random() < 0.4 else None
+        pending.append(PendingJob(f"j{i}", str(rng.choice(["ann", "bo", "cy"])), gpus, float(i), 3600.0,
+                                  num_nodes=nodes if nodes is None or gpus % nodes == 0 else None))
+    return make_state(topo, pending, running=running)
+
+
+NAMES = [*ALL, "fifo+consolidate+backfill", "sjf+consolidate:pack=1", "attentive:pack=1", "portfolio:one_node=1"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_policy_starts_or_holds_a_job_where_slurmctld_refuses_it(name):
+    topo = lab8()
+    policy = make_policy(name, seed=3)
+    if unsupported(policy, topo):
+        pytest.skip(unsupported(policy, topo))
+    starts = multi = 0
+    for seed in range(10):
+        plan = policy.decide(random_state(topo, seed))
+        for placed in (*plan.starts, *plan.holds):
+            assert accepted(topo, placed.gpus), (name, seed, placed)
+        starts += len(plan.starts)
+        multi += sum(len(set(topo.gpu_node[list(st.gpus)].tolist())) > 1 for st in plan.starts)
+    assert starts >= 10 and multi >= 1, (starts, multi)  # real plans, jobs over several nodes among them
+
+
+def test_a_job_waits_rather_than_span_blocks():
+    """16 GPUs free, 8 on node2 (b1) and 8 on node3 (b2): a 16-GPU job would take both,
+    which slurmctld refuses; it is held instead, and starts where one block frees."""
+    topo = lab8()
+    busy = [g for g in range(topo.num_gpus) if topo.gpu_node[g] not in (1, 2)]
+    running = [RunningJob("r", "x", tuple(busy[:8]), 0.0, 0.0, 600.0), RunningJob("s", "x", tuple(busy[8:]), 0.0, 0.0, 9000.0)]
+    s = make_state(topo, [job("big", 16)], running=running, now=0.0)
+    plan = make_policy("fifo+consolidate+backfill").decide(s)
+    assert plan.starts == () and [h.job_id for h in plan.holds] == ["big"]
+    assert plan.holds[0].expected_start == 600.0 and accepted(topo, plan.holds[0].gpus)
+    flat = replace(topo, blocks=None)  # without the block rule the same plan crosses b1 and b2
+    (start,) = make_policy("fifo+consolidate+backfill").decide(replace(s, topology=flat)).starts
+    assert not accepted(topo, start.gpus)
+
+
+def test_nodes_in_no_block_take_no_job():
+    topo = lab8()
+    inside = replace(topo, blocks=parse_topology_conf("BlockName=b1 Nodes=node[1-2]\n").blocks)
+    s = make_state(inside, [job("a", 8), job("b", 8), job("c", 8)])
+    assert Fit.of(s).usable(s.pending[0], s.free)[16:].sum() == 0
+    plan = make_policy("fifo+consolidate").decide(s)
+    assert sorted(st.job_id for st in plan.starts) == ["a", "b"]
+    assert {int(topo.gpu_node[g]) for st in plan.starts for g in st.gpus} == {0, 1}
+
+
+def test_a_node_list_across_blocks_is_never_placed():
+    topo = lab8()
+    s = make_state(topo, [job("w", 16, nodelist=("node2", "node3")), job("v", 16, nodelist=("node3", "node4"))])
+    fit = Fit.of(s)
+    assert not fit.usable(s.pending[0], s.free).any()
+    (start,) = make_policy("fifo+consolidate").decide(s).starts
+    assert start.job_id == "v" and Consolidate().place(s.pending[1], fit.usable(s.pending[1], s.free), s) == start.gpus
+
+
+def test_a_partition_without_block_nodes_is_planned_as_without_blocks():
+    """slurmctld evaluates blocks only for a job whose candidate nodes include some
+    (`topology_p_eval_nodes`): a partition of the nodes in no block schedules as usual."""
+    topo = lab8("topology-block.yaml", "26.05")  # node7, node8 in no block
+    outside = np.array([False] * 6 + [True] * 2)
+    cap = replace(capacity(topo), partition_nodes={"cpu": outside, "main": np.ones(8, bool)})
+    s = make_state(topo, [job("c", 16, partition="cpu"), job("m", 1, partition="main")], nodes=cap)
+    fit = Fit.of(s)
+    assert fit.usable(s.pending[0], s.free).sum() == 16  # node7 and node8 whole
+    assert not fit.usable(s.pending[1], s.free)[48:].any()  # main holds block nodes: only those
+    plan = make_policy("fifo+consolidate").decide(s)
+    assert sorted(st.job_id for st in plan.starts) == ["c", "m"]
