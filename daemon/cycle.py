@@ -250,7 +250,8 @@ class CycleRunner:
                 cluster_file=self.config.cluster_file, gres_conf=self.config.gres_conf,
                 topology_conf=self.config.topology_conf, slurm_config=conf, slurm_conf=self.config.slurm_conf)
             self.log.info("topology.loaded", source=self.topology_source.kind, paths=list(self.topology_source.paths),
-                          nodes=len(self.topology.nodes), gpus=self.topology.num_gpus)
+                          nodes=len(self.topology.nodes), gpus=self.topology.num_gpus,
+                          blocks=len(self.topology.blocks.names) if self.topology.blocks else 0)
             if self.topology_source.note:
                 self.log.warning("topology.not_modelled", paths=list(self.topology_source.paths),
                                  note=self.topology_source.note)

@@ -52,7 +52,8 @@ def load_topology(*, cluster_file: str = "", gres_conf: str = "", topology_conf:
                   slurm_config: Mapping[str, str] | None = None, slurm_conf: str = "") -> tuple[Topology, TopologySource]:
     if cluster_file:
         topo = load_cluster_file(cluster_file)
-        return topo, TopologySource("cluster_file", (cluster_file,), _mtimes((cluster_file,)))
+        return topo, TopologySource("cluster_file", (cluster_file,), _mtimes((cluster_file,)),
+                                    _blocks_missing(topo, slurm_config, cluster_file))
     base = slurm_conf_dir(slurm_config, slurm_conf)
     gres_path = Path(gres_conf) if gres_conf else base / "gres.conf"
     topo_path = Path(topology_conf) if topology_conf else _switches_file(base, (slurm_config or {}).get("SLURM_VERSION", ""))
@@ -76,7 +77,17 @@ def load_topology(*, cluster_file: str = "", gres_conf: str = "", topology_conf:
     paths = (str(gres_path),) + ((str(topo_path),) if switches is not None else ())
     candidates = (topo_path,) if topology_conf else (base / "topology.yaml", base / "topology.conf")
     watched = (str(gres_path), *(str(p) for p in candidates))
+    note = note or _blocks_missing(topo, slurm_config, str(topo_path))
     return topo, TopologySource("slurm", paths, _mtimes(watched), note, watched)
+
+
+def _blocks_missing(topo: Topology, slurm_config: Mapping[str, str] | None, path: str) -> str:
+    """What to say when slurmctld allocates by blocks the daemon was not shown: it would
+    plan jobs across blocks, which slurmctld refuses."""
+    if topo.blocks is None and (slurm_config or {}).get("TopologyPlugin") == "topology/block":
+        return (f"TopologyPlugin=topology/block but {path} describes no blocks: plans may put a job across "
+                "blocks, which slurmctld refuses (name the blocks' topology.conf or topology.yaml)")
+    return ""
 
 
 def _switches_file(base: Path, slurm_version: str) -> Path:

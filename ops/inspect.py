@@ -768,8 +768,9 @@ def config_check(path: str | os.PathLike[str] | None, *, slurm: bool = True,
         topo, src = load_topology(cluster_file=cfg.cluster_file, gres_conf=cfg.gres_conf,
                                   topology_conf=cfg.topology_conf, slurm_config=conf, slurm_conf=cfg.slurm_conf)
         add("topology", "warning" if src.note else "ok",
-            f"{len(topo.nodes)} nodes, {topo.num_gpus} GPUs, {len(topo.switch_names)} leaf switches "
-            f"from {src.kind} ({', '.join(src.paths)})" + (f": {src.note}" if src.note else ""))
+            f"{len(topo.nodes)} nodes, {topo.num_gpus} GPUs, {len(topo.switch_names)} leaf switches"
+            + (f", {len(topo.blocks.names)} blocks (jobs kept to blocks as slurmctld allocates)" if topo.blocks else "")
+            + f" from {src.kind} ({', '.join(src.paths)})" + (f": {src.note}" if src.note else ""))
     except (TopologySourceError, TopologyParseError, OSError) as e:
         add("topology", "error", str(e))
     return {"file": cfg.source, "ok": not any(c["level"] == "error" for c in checks), "checks": checks,

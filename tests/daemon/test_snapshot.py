@@ -109,6 +109,23 @@ def test_a_topology_yaml_beside_slurm_conf_wins_over_topology_conf(tmp_path):
         load_topology(slurm_config=conf, topology_conf=str(etc / "none.yaml"))
 
 
+def test_a_block_topology_conf_is_planned_by_and_a_missing_one_said(tmp_path):
+    """topology/block's topology.conf (as the lab's record_blocks.sh ran it): its blocks
+    reach the plan; where slurmctld allocates by blocks the daemon was not shown, it says so."""
+    etc = Lab(run_dir=tmp_path / "lab").render()
+    conf = {"SLURM_CONF": str(etc / "slurm.conf"), "SLURM_VERSION": "24.11.5", "TopologyPlugin": "topology/block"}
+    tree, _ = load_topology(slurm_config=conf)  # the lab's switches: no blocks
+    (etc / "topology.conf").write_text("BlockName=b1 Nodes=node[1-2]\nBlockName=b2 Nodes=node[3-4]\nBlockSizes=2\n")
+    blocks, src = load_topology(slurm_config=conf)
+    assert blocks.blocks is not None and blocks.blocks.names == ("b1", "b2") and not src.note
+    assert [n.switch for n in blocks.nodes] == ["b1", "b1", "b2", "b2"]
+    (etc / "topology.conf").write_text("SwitchName=s1 Nodes=node[1-4]\n")
+    _, said = load_topology(slurm_config=conf)
+    assert "TopologyPlugin=topology/block but" in said.note and "describes no blocks" in said.note
+    _, fine = load_topology(slurm_config={**conf, "TopologyPlugin": "topology/tree"})
+    assert not fine.note and tree.blocks is None
+
+
 def test_missing_indices_are_guessed_with_a_warning():
     nodes = (SlurmNode("node1", "MIXED", gpus=8, gpus_used=2, partitions=("main",)),)
     job = SlurmJob("3", user="a", state="RUNNING", gpus=2, gpus_per_node=2, per_node_fixed=True, nodes=("node1",),
