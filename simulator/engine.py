@@ -309,6 +309,9 @@ class Simulation:
         # Every job's queue row, built once: snapshots slice it instead of rebuilding arrays.
         self._as_pending = tuple(s.pending(self.oracle) for s in self.jobs)
         self._res = _Resources.of(topology, self._as_pending)
+        # Slurm's block topology, where the cluster has one: a start off its rule is refused,
+        # as slurmctld refuses the pin (the simulator has no partitions: every job is in one)
+        self._blocks = topology.blocks if (topology.node_block >= 0).any() else None
         if self._res is not None:
             self._as_pending = self._res.prepare(self._as_pending)
         self._table = QueueArrays.of(self._as_pending)
@@ -582,6 +585,9 @@ class Simulation:
                 per_node = Counter(int(topo.gpu_node[g]) for g in gpus)
                 if len(per_node) != job.num_nodes or set(per_node.values()) != {job.num_gpus // job.num_nodes}:
                     raise PolicyError(f"{where}: needs {job.num_nodes} nodes x {job.num_gpus // job.num_nodes} GPUs")
+            if self._blocks is not None and not self._blocks.allows(topo.node_block, np.unique(topo.gpu_node[list(gpus)])):
+                raise PolicyError(f"{where}: its nodes are not where Slurm's block topology lets a job of "
+                                  f"{len(np.unique(topo.gpu_node[list(gpus)]))} nodes run")
             taken.update(gpus)
             out.append((st.job_id, gpus))
         if self._res is not None and out:

@@ -28,6 +28,11 @@ Format::
     [switches]                    # optional; parent of each switch, roots omitted
     sw1 = "spine"
 
+    block_sizes = [2, 4]          # optional: Slurm's topology/block (BlockSizes; top level)
+    [[blocks]]                    # optional, in Slurm's order: where a job's nodes must lie
+    name = "b1"
+    nodes = "node[1-2]"
+
 ``cpus``, ``mem_mb``, ``gpu_type`` and ``features`` say what Slurm checks besides GPUs
 before it starts a job on the node (the simulator then enforces jobs' CPU, memory, GPU
 type, feature and ``--exclusive`` requests); left out, they are unknown and unchecked.
@@ -48,11 +53,12 @@ from pathlib import Path
 from typing import Any
 
 from . import hostlist
+from .blocks import Blocks
 from .model import Bandwidths, Node, Topology
 from .nvsmi import MAX_GPUS_PER_NODE, TopologyParseError, parse_nvidia_smi_topo
 from .shape import uniform
 
-_TOP_KEYS = ("bandwidths", "nodes", "switches")
+_TOP_KEYS = ("bandwidths", "nodes", "switches", "blocks", "block_sizes")
 _NODE_KEYS = (
     "names", "switch", "gpus", "islands", "sockets", "nvidia_smi_topo", "nvlink_gbps_per_link",
     "cpus", "mem_mb", "gpu_type", "features",
@@ -82,7 +88,7 @@ def parse_cluster_file(text: str, *, source: str = "cluster.toml", base_dir: str
     bandwidths = _bandwidths(data.get("bandwidths", {}), source)
     nodes = _nodes(data.get("nodes"), source, Path(base_dir))
     parents = _switch_parents(data.get("switches", {}), nodes, source)
-    return Topology(nodes=nodes, switch_parent=parents, bandwidths=bandwidths)
+    return Topology(nodes=nodes, switch_parent=parents, bandwidths=bandwidths, blocks=_blocks(data, nodes, source))
 
 
 # ---- sections ----
@@ -245,6 +251,47 @@ def _switch_parents(table: Any, nodes: tuple[Node, ...], source: str) -> dict[st
 
 
 # ---- value checks ----
+
+
+def _blocks(data: dict[str, Any], nodes: tuple[Node, ...], source: str) -> Blocks | None:
+    """``[[blocks]]`` (``name``, ``nodes``) and ``block_sizes``, as topology.conf's
+    ``BlockName=``/``BlockSizes=`` (`blocks.Blocks`): the cluster's nodes only, each in one."""
+    if "blocks" not in data:
+        if "block_sizes" in data:
+            raise TopologyParseError(source, "block_sizes without [[blocks]] tables", key="block_sizes")
+        return None
+    tables = data["blocks"]
+    if not isinstance(tables, list) or not tables:
+        raise TopologyParseError(source, "must be [[blocks]] tables (name, nodes)", key="blocks")
+    known = {n.name for n in nodes}
+    names: list[str] = []
+    members: list[list[str]] = []
+    placed: dict[str, str] = {}
+    for index, table in enumerate(tables):
+        key = f"blocks[{index}]"
+        _require(table, dict, source, key)
+        _known_keys(table, ("name", "nodes"), source, f"{key}.")
+        name = _string(table.get("name"), source, f"{key}.name")
+        spec = _string(table.get("nodes"), source, f"{key}.nodes")
+        try:
+            listed = hostlist.expand(spec)
+        except ValueError as e:
+            raise TopologyParseError(source, str(e), key=f"{key}.nodes") from e
+        for node in listed:
+            if node not in known:
+                raise TopologyParseError(source, f"{node} is not a node of this file", key=f"{key}.nodes")
+            if node in placed:
+                raise TopologyParseError(source, f"{node} is already in block {placed[node]}", key=f"{key}.nodes")
+            placed[node] = name
+        names.append(name)
+        members.append(listed)
+    sizes = data.get("block_sizes", [])
+    if not isinstance(sizes, list) or not all(_is_int(v) for v in sizes):
+        raise TopologyParseError(source, f"must be an array of whole numbers of nodes, got {sizes!r}", key="block_sizes")
+    try:
+        return Blocks.of(names, members, sizes)
+    except ValueError as e:
+        raise TopologyParseError(source, str(e), key="block_sizes" if sizes else "blocks") from None
 
 
 def _known_keys(table: dict[str, Any], allowed: tuple[str, ...], source: str, prefix: str) -> None:

@@ -217,6 +217,40 @@ def test_resource_errors_name_file_and_key(line: str, message: str) -> None:
         parse_cluster_file(_A + line, source="site.toml")
 
 
+_NODES = '[[nodes]]\nnames = "n[1-4]"\ngpus = 4\n'
+
+
+def test_blocks_are_slurms_block_topology() -> None:
+    topo = parse_cluster_file('block_sizes = [2, 4]\n' + _NODES + '[[blocks]]\nname = "b1"\nnodes = "n[1-2]"\n'
+                              '[[blocks]]\nname = "b2"\nnodes = "n[3-4]"\n')
+    assert topo.blocks is not None and (topo.blocks.names, topo.blocks.base_nodes, topo.blocks.levels) == (("b1", "b2"), 2, (0, 1))
+    assert topo.node_block.tolist() == [0, 0, 1, 1]
+    assert parse_cluster_file(_NODES).blocks is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("block_sizes = [2]\n" + _NODES, r"block_sizes: block_sizes without \[\[blocks\]\] tables"),
+        ("blocks = 3\n" + _NODES, r"blocks: must be \[\[blocks\]\] tables"),
+        (_NODES + '[[blocks]]\nname = "b1"\n', r"blocks\[0\].nodes: must be a non-empty string"),
+        (_NODES + '[[blocks]]\nname = "b1"\nnodes = "n9"\n', r"blocks\[0\].nodes: n9 is not a node of this file"),
+        (_NODES + '[[blocks]]\nname = "b1"\nnodes = "n[1-2]"\n[[blocks]]\nname = "b2"\nnodes = "n2"\n',
+         r"blocks\[1\].nodes: n2 is already in block b1"),
+        (_NODES + '[[blocks]]\nname = "b1"\nnodes = "n1"\nswitch = "x"\n', r"blocks\[0\].switch: unknown key"),
+        (_NODES + '[[blocks]]\nname = "b1"\nnodes = "n1"\n[[blocks]]\nname = "b1"\nnodes = "n2"\n',
+         r"blocks: block b1 is defined twice"),
+        ("block_sizes = [2, 3]\n" + _NODES + '[[blocks]]\nname = "b1"\nnodes = "n[1-2]"\n',
+         r"block_sizes: BlockSizes value 3"),
+        ('block_sizes = ["2"]\n' + _NODES + '[[blocks]]\nname = "b1"\nnodes = "n[1-2]"\n',
+         r"block_sizes: must be an array of whole numbers"),
+    ],
+)
+def test_block_errors_name_file_and_key(text: str, message: str) -> None:
+    with pytest.raises(TopologyParseError, match=r"^site.toml: " + message):
+        parse_cluster_file(text, source="site.toml")
+
+
 _LINES = [
     "[[nodes]]", 'names = "n[1-2]"', 'names = "n1"', 'names = "n[2-1]"', "names = 5", "gpus = 8", "gpus = 0",
     "gpus = 2", 'gpus = "8"', "islands = [[0,1],[2,3]]", "islands = [[0,1],[1]]", "islands = [[0]]",
@@ -224,7 +258,8 @@ _LINES = [
     'nvidia_smi_topo = "missing.txt"', "nvlink_gbps_per_link = 25", "[bandwidths]", "nvlink = 0",
     "nvlink = 150.0", "spine = nan", "[switches]", 'sw1 = "spine"', 'spine = "sw1"', "bogus = 1", "[", "=",
     "cpus = 64", "cpus = 0", 'mem_mb = 512000', 'gpu_type = "a100"', 'gpu_type = "a b"', 'features = ["ib"]',
-    'features = "ib,x"', "features = [[]]",
+    'features = "ib,x"', "features = [[]]", "[[blocks]]", 'name = "b1"', 'nodes = "n[1-2]"', "block_sizes = [2]",
+    "block_sizes = [1, 2]",
 ]
 
 
