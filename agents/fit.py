@@ -125,22 +125,23 @@ class Fit:
         """Per node, whether ``job`` may be placed there under Slurm's block topology:
         inside the part of one block where every placement of it passes (`Blocks.region`,
         sized by the fewest nodes it can take); a ``-w`` list only where slurmctld accepts
-        the list itself. A job whose partitions hold no node in a block is placed as
-        without blocks: slurmctld evaluates blocks only for a job whose candidate nodes
-        include some (`topology_p_eval_nodes`)."""
+        the list itself. A job none of whose candidate nodes (its partitions', with its GPU
+        type and features) is in a block is placed as without blocks, as slurmctld
+        evaluates blocks only for a job whose candidate nodes include some
+        (`topology_p_eval_nodes`; ``-x`` is left out: it holds the daemon's own avoidances)."""
         topo = self.topology
         blocks = topo.blocks
         assert blocks is not None
-        parts = None if self._capacity is None else self._capacity.partition_nodes
-        within = parts.get(job.partition) if parts else None
-        if not (topo.node_block[within] >= 0 if within is not None else topo.node_block >= 0).any():
+        if job.exclude or job.nodelist:
+            job = replace(job, exclude=(), nodelist=())
+        if not (self._static(job) & (topo.node_block >= 0)).any():
             return np.ones(len(room), dtype=bool)
         if listed is not None:
             return np.full(len(room), blocks.allows(topo.node_block, listed))
         if job.num_nodes is not None:
             per = job.num_gpus // job.num_nodes
             return blocks.region(topo.node_block, (room >= per).astype(np.int64), job.num_nodes, job.num_nodes)
-        most = int(room.max(initial=0))
+        most = int(room[topo.node_block >= 0].max(initial=0))  # a node in no block takes none of it
         if most <= 0:
             return np.zeros(len(room), dtype=bool)
         return blocks.region(topo.node_block, room, job.num_gpus, -(-job.num_gpus // most))

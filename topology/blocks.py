@@ -9,8 +9,8 @@ not sit where its size says they must (`eval_nodes_block.c`, the same rule in 24
 * base blocks are numbered in the file's order; a block of level ``k`` is an aligned run
   of ``2**k`` of them (base block ``i`` is in block ``i >> k``);
 * the levels a site allows come from ``BlockSizes`` (each a power-of-two multiple of the
-  first, the base block size); without it levels 0 to 3, and the base size is the first
-  block's node count;
+  first, the base block size); without it levels 0 to 4 (``bit_nset(block_levels, 0, 4)``,
+  inclusive: 1 to 16 base blocks), and the base size is the first block's node count;
 * a job of ``n`` nodes needs ``ceil(n / base)`` base blocks, rounded up to a power of two
   ``2**raw``; it must lie in one block of the lowest allowed level ``L >= raw`` (the whole
   cluster where none is that large), and inside it touch at most ``ceil(n / size)`` of
@@ -60,7 +60,7 @@ class Blocks:
             base = next((len(m) for m in members if m), 0)
             if not base:
                 raise ValueError("blocks hold no nodes and BlockSizes is not set")
-            return cls(tuple(names), tuple(tuple(m) for m in members), base, (0, 1, 2, 3))
+            return cls(tuple(names), tuple(tuple(m) for m in members), base, (0, 1, 2, 3, 4))
         base = sizes[0]
         levels = {0}
         for size in sizes:

@@ -107,24 +107,22 @@ BLOCKS_ROOT = "(blocks)"
 
 
 def _block_conf(records: list[tuple[int, dict[str, str]]], source: str) -> SwitchTree:
-    """A topology/block topology.conf: its blocks in order and its ``BlockSizes``."""
+    """A topology/block topology.conf: its blocks in order and its ``BlockSizes``, read as
+    slurmctld reads them: ``BlockSizes=`` anywhere (on a block's line too; the last one
+    wins), each size by ``atoi`` (its leading digits)."""
     blocks: list[tuple[int, str, str | None]] = []
     sizes: tuple[int, ...] = ()
     sizes_line: int | None = None
     for number, record in records:
         if "BlockSizes" in record:
-            if len(record) > 1:
-                raise TopologyParseError(source, "BlockSizes= goes on a line of its own", line=number)
-            if sizes_line is not None:
-                raise TopologyParseError(source, f"BlockSizes= is already set on line {sizes_line}", line=number)
-            sizes = tuple(_int(v.strip(), "BlockSizes", source, number) for v in record["BlockSizes"].split(","))
+            sizes = tuple(_atoi(v) for v in record["BlockSizes"].split(","))
             sizes_line = number
-        elif "BlockName" in record:
-            other = sorted(set(record) - {"BlockName", "Nodes"})
+        if "BlockName" in record:
+            other = sorted(set(record) - {"BlockName", "Nodes", "BlockSizes"})
             if other:
                 raise TopologyParseError(source, f"{other[0]}= is not a key of a block (BlockName=, Nodes=)", line=number)
             blocks.append((number, record["BlockName"], record.get("Nodes")))
-        else:
+        elif "BlockSizes" not in record:
             raise TopologyParseError(
                 source, "a topology.conf of blocks (BlockName=) cannot describe switches (SwitchName=) too", line=number)
     if not blocks:
@@ -132,16 +130,32 @@ def _block_conf(records: list[tuple[int, dict[str, str]]], source: str) -> Switc
     return block_tree(blocks, sizes, source, root=BLOCKS_ROOT, sizes_line=sizes_line)
 
 
+def _atoi(text: str) -> int:
+    """C's ``atoi``, as slurmctld reads a BlockSizes value: leading digits, else 0."""
+    digits = re.match(r"\s*([+-]?[0-9]+)", text)
+    return int(digits.group(1)) if digits else 0
+
+
 def block_tree(blocks: Sequence[tuple[int, str, str | None]], sizes: Sequence[int], source: str, *,
                root: str, sizes_line: int | None = None) -> SwitchTree:
     """Blocks (line, name, nodes' hostlist or ``None``), in Slurm's order, as leaf switches
-    under ``root``, with the `Blocks` slurmctld allocates by (``sizes``: ``BlockSizes``)."""
-    records = [(number, {"SwitchName": name, **({"Nodes": nodes} if nodes else {})}) for number, name, nodes in blocks]
-    root_record = {"SwitchName": root, "Switches": ",".join(name for _, name, _ in blocks)}
+    under ``root``, with the `Blocks` slurmctld allocates by (``sizes``: ``BlockSizes``).
+    slurmctld lets blocks share nodes (it ORs their bitmaps); such a node hangs from the
+    first block's switch, as it is counted in the first block (`Topology.node_block`)."""
+    members: dict[str, list[str]] = {}
+    records = []
+    placed: set[str] = set()
+    for number, name, nodes in blocks:
+        if name in members:
+            raise TopologyParseError(source, f"block {name} is defined twice", line=number)
+        members[name] = _hosts(nodes, "Nodes", source, number) if nodes else []
+        own = [n for n in members[name] if n not in placed]
+        placed.update(own)
+        records.append((number, {"SwitchName": name, **({"Nodes": ",".join(own)} if own else {})}))
+    if root in members:
+        root = f"({root})"  # a block named as its topology (topology.yaml): the root steps aside
+    root_record = {"SwitchName": root, "Switches": ",".join(members)}
     tree = switch_tree([*records, (blocks[0][0], root_record)], source)
-    members: dict[str, list[str]] = {name: [] for _, name, _ in blocks}
-    for node, leaf in tree.leaf_of.items():
-        members[leaf].append(node)
     try:
         found = Blocks.of(list(members), list(members.values()), sizes)
     except ValueError as e:

@@ -70,13 +70,21 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> YamlTopo
                                  line=where.start_mark.line + 1)
     kind = kinds[0]
     body = default[kind]
+    # A partition may name another topology (slurm.conf Topology=), which slurmctld then
+    # allocates its jobs by; only the default is planned with. A tree or flat one only
+    # places them less well; a block one refuses what the plan pins across its blocks.
+    others = [_text(t.get("topology"), source, "topology", nodes[i]) for i, t in enumerate(chosen)
+              if t is not default and "block" in t and not _empty(t["block"])]
+    aside = (f"block topolog{'ies' if len(others) > 1 else 'y'} {', '.join(others)} beside the default: a partition "
+             "naming one (Topology=) is planned without its blocks, which slurmctld enforces") if others else ""
     if kind == "tree":
-        return YamlTopology(name, kind, _tree(body, source))
+        return YamlTopology(name, kind, _tree(body, source), aside)
     if kind == "block":
-        return YamlTopology(name, kind, _blocks(name, body, source))
+        return YamlTopology(name, kind, _blocks(name, body, source), aside)
     if kind == "flat":
-        return YamlTopology(name, kind, SwitchTree())
-    return YamlTopology(name, kind, SwitchTree(), f"{kind} topologies are not modelled: planned as one switch")
+        return YamlTopology(name, kind, SwitchTree(), aside)
+    return YamlTopology(name, kind, SwitchTree(),
+                        "; ".join(filter(None, (f"{kind} topologies are not modelled: planned as one switch", aside))))
 
 
 def _tree(body: yaml.Node, source: str) -> SwitchTree:
@@ -99,8 +107,6 @@ def _blocks(name: str, body: yaml.Node, source: str) -> SwitchTree:
     for node in blocks:
         f = _fields(node, source, "a block")
         block = _text(f.get("block"), source, "block", node)
-        if block == name:
-            raise TopologyParseError(source, f"block {block} is named as its topology", line=node.start_mark.line + 1)
         nodes = f.get("nodes")
         found.append((node.start_mark.line + 1, block, None if nodes is None or _empty(nodes) else _hostlist(nodes, source, "nodes", node)))
     sizes_node = fields.get("block_sizes")

@@ -13,7 +13,7 @@ from attentived.agents.fit import Fit
 from attentived.agents.placement import Consolidate
 from attentived.agents.registry import ALL, make_policy, unsupported
 from attentived.agents.state import PendingJob
-from attentived.topology import parse_topology_conf
+from attentived.topology import parse_topology_conf, topology_from_slurm
 
 from ..topology.test_blocks import lab8
 from .conftest import RunningJob, capacity, job, make_state
@@ -103,3 +103,29 @@ def test_a_partition_without_block_nodes_is_planned_as_without_blocks():
     assert not fit.usable(s.pending[1], s.free)[48:].any()  # main holds block nodes: only those
     plan = make_policy("fifo+consolidate").decide(s)
     assert sorted(st.job_id for st in plan.starts) == ["c", "m"]
+
+
+def test_a_wide_node_in_no_block_does_not_shrink_a_job_s_region():
+    """node5 (8 GPUs) is in no block; node1-4 (4 GPUs) are blocks of one (BlockSizes=1,2,4).
+    An 8-GPU job takes two block nodes, so its region must be sized for two, not for the one
+    node5 could hold alone (found by review: it was, and the job was never planned)."""
+    gres = "AutoDetect=off\nNodeName=node[1-4] Name=gpu File=/dev/nvidia[0-3]\nNodeName=node5 Name=gpu File=/dev/nvidia[0-7]\n"
+    conf = "".join(f"BlockName=b{k} Nodes=node{k}\n" for k in range(1, 5)) + "BlockSizes=1,2,4\n"
+    topo = topology_from_slurm(gres, parse_topology_conf(conf))
+    s = make_state(topo, [job("j", 8)])
+    usable = Fit.of(s).usable(s.pending[0], s.free)
+    assert topo.per_node(usable).tolist() == [4, 4, 0, 0, 0]  # the best fitting pair of blocks
+    (start,) = make_policy("fifo+consolidate+backfill").decide(s).starts
+    assert accepted(topo, start.gpus)
+
+
+def test_a_job_whose_gpu_type_is_only_outside_blocks_is_planned_there():
+    """slurmctld drops the nodes a job cannot use (GPU type, features) before it asks whether
+    blocks apply (`job_test.c`): a100 only on node7-8, in no block, so none do."""
+    topo = lab8("topology-block.yaml", "26.05")
+    cap = replace(capacity(topo, gpu_type=["gb200"] * 6 + ["a100"] * 2), partition_nodes={"main": np.ones(8, bool)})
+    s = make_state(topo, [job("a", 8, partition="main", gpu_type="a100"), job("g", 8, partition="main", gpu_type="gb200")],
+                   nodes=cap)
+    fit = Fit.of(s)
+    assert fit.usable(s.pending[0], s.free).sum() == 16 and not fit.usable(s.pending[1], s.free)[48:].any()
+    assert sorted(st.job_id for st in make_policy("fifo+consolidate").decide(s).starts) == ["a", "g"]

@@ -50,7 +50,7 @@ def test_the_recorded_topology_conf_reads_as_slurmctld_showed_it(version):
 def test_the_recorded_topology_yaml_and_its_dump_read_alike():
     topo = lab8("topology-block.yaml", "26.05")
     assert topo.blocks == Blocks(("b1", "b2", "b3"), (("node1", "node2"), ("node3", "node4"), ("node5", "node6")),
-                                 2, (0, 1, 2, 3))  # no block_sizes: the first block's size, levels 0-3
+                                 2, (0, 1, 2, 3, 4))  # no block_sizes: the first block's size, levels 0-4
     assert topo.node_block.tolist() == [0, 0, 1, 1, 2, 2, -1, -1]
     dumped = parse_topology_yaml((RECORDINGS / "slurm-26.05" / "scontrol-show-topoconf-block.yaml").read_text())
     assert dumped.tree.blocks == topo.blocks  # block_sizes: [] as topoconf prints it
@@ -74,9 +74,10 @@ def test_the_recordings_hold_both_answers():
 
 
 def test_what_allows_accepts_slurmctld_accepted_where_some_nodes_are_in_no_block():
-    """On nodes in no block slurmctld accepted some pins (one node for a ``-N1`` job, two for
-    ``--gpus=16``) and refused others alike (``--gpus=8`` on one): which depends on how far
-    it widens the nodes it evaluates, so `allows` refuses them all, and agrees elsewhere."""
+    """On nodes in no block slurmctld accepted some pins (one node for a ``-N1`` job: 26.05
+    skips blocks for a job of at most one node, `_get_one_res`; two for ``--gpus=16``) and
+    refused others alike (``--gpus=8`` on one, ``-N2`` on two): `allows` refuses them all,
+    the safe side, and agrees with every pin on nodes in blocks."""
     topo = lab8("topology-block.yaml", "26.05")
     answers = []
     for args, pin, outcome in recorded_pins("26.05", "block-pins-yaml.txt"):
@@ -96,8 +97,13 @@ def test_levels_follow_block_sizes():
     # (nodes) -> (level of its block, level of the llblocks inside, how many it may touch)
     assert [b.levels_for(n) for n in (1, 4, 5, 9, 16, 17)] == [
         (0, 0, 1), (0, 0, 1), (2, 0, 2), (2, 0, 3), (2, 0, 4), (-1, 2, 2)]
-    default = Blocks.of(["a", "b"], [["n1", "n2", "n3"], ["n4"]])  # no BlockSizes: the first block's size, levels 0-3
-    assert (default.base_nodes, default.levels) == (3, (0, 1, 2, 3))
+    default = Blocks.of(["a", "b"], [["n1", "n2", "n3"], ["n4"]])  # no BlockSizes: the first block's size, levels 0-4
+    assert (default.base_nodes, default.levels) == (3, (0, 1, 2, 3, 4))
+    # 17 of them: a job of 9 to 16 base blocks lies in one aligned group of 16 (level 4)
+    many = Blocks.of([f"b{k}" for k in range(17)], [[f"n{k}"] for k in range(17)])
+    assert many.levels_for(9) == (4, 3, 2) and many.levels_for(17) == (-1, 4, 2)
+    node_block = np.arange(17)
+    assert many.allows(node_block, range(16)) and not many.allows(node_block, range(1, 17))
 
 
 @pytest.mark.parametrize("sizes,message", [((2, 3), "BlockSizes value 3"), ((2, 6), "BlockSizes value 6"),
@@ -155,6 +161,19 @@ def test_a_region_is_the_best_fitting_block_that_holds_the_job():
 def test_the_json_description_names_the_blocks():
     assert as_dict(lab8())["blocks"] == {"blocks": {f"b{k + 1}": f"node[{2 * k + 1}-{2 * k + 2}]" for k in range(4)},
                                          "block_sizes": [2, 4]}
-    assert as_dict(lab8("topology-block.yaml", "26.05"))["blocks"]["block_sizes"] == [2, 4, 8, 16]
+    assert as_dict(lab8("topology-block.yaml", "26.05"))["blocks"]["block_sizes"] == [2, 4, 8, 16, 32]
     tree = parse_topology_conf((FIXTURES / "lab_topology.conf").read_text())
     assert "blocks" not in as_dict(topology_from_slurm((FIXTURES / "lab_gres.conf").read_text(), tree))
+
+
+def test_block_files_read_as_slurmctld_reads_them():
+    """What slurmctld accepts (block_record.c, s_p_parse): BlockSizes on a block's line, set
+    twice (the last wins), read by atoi; blocks sharing a node (their bitmaps ORed; it counts
+    in the first); a topology.yaml block named as its topology."""
+    tree = parse_topology_conf("BlockName=b1 Nodes=n[1-2] BlockSizes=9\nBlockName=b2 Nodes=n[2-4]\nBlockSizes=2x,4\n")
+    assert tree.blocks == Blocks(("b1", "b2"), (("n1", "n2"), ("n2", "n3", "n4")), 2, (0, 1))
+    assert tree.leaf_of == {"n1": "b1", "n2": "b1", "n3": "b2", "n4": "b2"}
+    gres = "AutoDetect=off\nNodeName=n[1-4] Name=gpu File=/dev/nvidia[0-1]\n"
+    assert topology_from_slurm(gres, tree).node_block.tolist() == [0, 0, 1, 1]
+    same = parse_topology_yaml("- topology: nvl\n  block:\n    blocks:\n      - block: nvl\n        nodes: n[1-2]\n")
+    assert same.tree.blocks is not None and same.tree.parent == {"nvl": "(nvl)", "(nvl)": None}

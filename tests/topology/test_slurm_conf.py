@@ -213,11 +213,10 @@ def test_gres_errors_name_file_and_line(text: str, message: str) -> None:
         ("SwitchName=a LinkSpeed=0\n", r"^t.conf:1: LinkSpeed= must be positive"),
         ("SwitchName=s1 Nodes=n1\nBlockName=b1 Nodes=n2\n", r"^t.conf:1: a topology.conf of blocks \(BlockName=\) cannot"),
         ("BlockName=b1 Nodes=n[1-2]\nBlockSizes=2,3\n", r"^t.conf:2: BlockSizes value 3: each must be the first \(2\)"),
-        ("BlockName=b1 Nodes=n[1-2]\nBlockSizes=2\nBlockSizes=4\n", r"^t.conf:3: BlockSizes= is already set on line 2"),
         ("BlockSizes=2\n", r"^t.conf:1: BlockSizes= but no BlockName= line"),
-        ("BlockName=b1 Nodes=n1 BlockSizes=1\n", r"^t.conf:1: BlockSizes= goes on a line of its own"),
+        ("BlockName=b1 Nodes=n[1-2]\nBlockSizes=x\n", r"^t.conf:2: BlockSizes value 0: each must be"),
         ("BlockName=b1 Switches=s1\n", r"^t.conf:1: Switches= is not a key of a block"),
-        ("BlockName=b1 Nodes=n1\nBlockName=b1 Nodes=n2\n", r"^t.conf:2: switch b1 is already defined on line 1"),
+        ("BlockName=b1 Nodes=n1\nBlockName=b1 Nodes=n2\n", r"^t.conf:2: block b1 is defined twice"),
         ("BlockName=b1\n", r"^t.conf:1: blocks hold no nodes and BlockSizes is not set"),
     ],
 )

@@ -61,6 +61,7 @@ def test_what_slurmctld_read_is_what_it_shows_and_its_own_dump_reads_the_same() 
     for name in ("topology.yaml", "scontrol-show-topoconf.yaml"):
         chosen = parse_topology_yaml((RECORDED / name).read_text(), source=name)
         assert (chosen.name, chosen.kind, chosen.tree.leaf_of, chosen.tree.parent) == ("racks", "tree", leaf_of, parent)
+        assert "block topology nvl beside the default" in chosen.unmodelled
         # the block topology beside it, made the default: its blocks as slurmctld shows them
         swapped = (RECORDED / name).read_text().replace("cluster_default: true", "cluster_default: x").replace(
             "cluster_default: false", "cluster_default: true").replace("cluster_default: x", "cluster_default: false")
@@ -72,7 +73,9 @@ def test_what_slurmctld_read_is_what_it_shows_and_its_own_dump_reads_the_same() 
 def test_a_tree_reads_as_topology_conf_does() -> None:
     text = TWO_TOPOLOGIES.replace("cluster_default: true", "cluster_default: false")  # none: the first
     chosen = parse_topology_yaml(text)
-    assert (chosen.name, chosen.kind, chosen.unmodelled) == ("topo1", "tree", "")
+    assert (chosen.name, chosen.kind) == ("topo1", "tree")
+    # a partition may name the block topology beside it (Topology=topo2): said, not planned
+    assert chosen.unmodelled.startswith("block topology topo2 beside the default: a partition naming one")
     conf = parse_topology_conf("SwitchName=sw_root Switches=s[1-2]\nSwitchName=s1 Nodes=node[1-2]\n"
                                "SwitchName=s2 Nodes=node[3-4]\n")
     assert (chosen.tree.leaf_of, chosen.tree.parent) == (conf.leaf_of, conf.parent)
