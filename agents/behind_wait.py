@@ -26,7 +26,7 @@ from .fit import Fit, kept_for
 from .placement import Consolidate, packed
 from .plan import Hold, Plan, Start
 from .policy import at_hold, expected_hold, fits_both
-from .state import ClusterState, PendingJob
+from .state import ClusterState, PendingJob, request
 
 PLACER = Consolidate()
 """Where a held job is expected to start and where a job behind a WAIT starts."""
@@ -73,16 +73,25 @@ def fill_behind_wait(state: ClusterState, ranked: Sequence[PendingJob], hold: Ho
         kept[list(kept_for(held_job, hold.gpus, state.topology))] = True
         behind = at_hold(fit, held_job, hold, state)
     starts: list[Start] = []
+    # Requests that found no room since the last start: a job asking alike (`request`) finds
+    # none either. Behind a WAIT the whole queue is walked, and under Slurm's block topology
+    # every job asks `Fit.usable` for its block: 10,000 jobs took a second at 16,384 GPUs.
+    refused: set[tuple[tuple, bool]] = set()
     for job in ranked:
         if not n_free:
             break
         if (hold is not None and job.job_id == hold.job_id) or job.num_gpus > n_free:
             continue
         in_time = hold is not None and job.time_limit is not None and state.now + job.time_limit <= hold.expected_start
+        asked = (request(job), in_time)
+        if asked in refused:
+            continue
         usable = fit.usable(job, free) if in_time else fits_both(job, free & ~kept, fit, behind)
         gpus = PLACER.place(job, usable, state) if job.num_gpus <= int(usable.sum()) else None
         if gpus is None or not (in_time or packed(state.topology, gpus, job.num_nodes)):
+            refused.add(asked)
             continue
+        refused.clear()
         taken = fit.take(job, gpus)
         if not in_time and behind is not fit:
             behind.take(job, gpus)

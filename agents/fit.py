@@ -25,12 +25,13 @@ simulator's fast path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from attentived.topology import Topology
+from attentived.topology.blocks import Blocks
 
 from .state import ClusterState, NodeCapacity, PendingJob, RunningJob
 
@@ -111,7 +112,7 @@ class Fit:
             room = np.where(limit >= job.num_gpus, room, np.minimum(room, limit))
         listed = self._listed(job)
         if topo.blocks is not None:
-            room = np.where(self._block_region(job, room, listed), room, 0)
+            room = self._block_room(job, room, listed)
         if job.num_nodes is not None:
             per = job.num_gpus // job.num_nodes
             if listed is not None and (len(listed) != job.num_nodes or (room[listed] < per).any()):
@@ -121,30 +122,46 @@ class Fit:
             room = _cover(room, listed, job.num_gpus)
         return _fullest_first(topo, free, room)
 
-    def _block_region(self, job: PendingJob, room: np.ndarray, listed: np.ndarray | None) -> np.ndarray:
-        """Per node, whether ``job`` may be placed there under Slurm's block topology:
-        inside the part of one block where every placement of it passes (`Blocks.region`,
-        sized by the fewest nodes it can take); a ``-w`` list only where slurmctld accepts
-        the list itself. A job none of whose candidate nodes (its partitions', with its GPU
-        type and features) is in a block is placed as without blocks, as slurmctld
-        evaluates blocks only for a job whose candidate nodes include some
-        (`topology_p_eval_nodes`; ``-x`` is left out: it holds the daemon's own avoidances)."""
+    def _block_room(self, job: PendingJob, room: np.ndarray, listed: np.ndarray | None) -> np.ndarray:
+        """``room`` (the GPUs ``job`` may take on each node) under Slurm's block topology:
+        kept only inside the part of one block where every placement of the job passes
+        (`Blocks.region`); a ``-w`` list only where slurmctld accepts the list itself.
+
+        A job that fixed no node count may take more nodes than it must, and a job of more
+        nodes may span a larger block: where the fewest nodes it can take fit in no block,
+        a larger block is tried with each node's room capped so that any placement there
+        takes enough nodes for that block's level. So whether the job fits only grows as
+        GPUs free up (holds bisect the releases, `policy.expected_hold`).
+
+        A job none of whose candidate nodes (its partitions', with its GPU type and
+        features) is in a block is placed as without blocks, as slurmctld evaluates blocks
+        only for a job whose candidate nodes include some (`topology_p_eval_nodes`; ``-x``
+        is left out: it holds the daemon's own avoidances)."""
         topo = self.topology
         blocks = topo.blocks
         assert blocks is not None
+        inside = topo.node_block >= 0
         if job.exclude or job.nodelist:
             job = replace(job, exclude=(), nodelist=())
-        if not (self._static(job) & (topo.node_block >= 0)).any():
-            return np.ones(len(room), dtype=bool)
+        if not (self._static(job) & inside).any():
+            return room
         if listed is not None:
-            return np.full(len(room), blocks.allows(topo.node_block, listed))
+            return room if blocks.allows(topo.node_block, listed) else np.zeros_like(room)
+        g = job.num_gpus
         if job.num_nodes is not None:
-            per = job.num_gpus // job.num_nodes
-            return blocks.region(topo.node_block, (room >= per).astype(np.int64), job.num_nodes, job.num_nodes)
-        most = int(room[topo.node_block >= 0].max(initial=0))  # a node in no block takes none of it
-        if most <= 0:
-            return np.zeros(len(room), dtype=bool)
-        return blocks.region(topo.node_block, room, job.num_gpus, -(-job.num_gpus // most))
+            per = g // job.num_nodes
+            region = blocks.region(topo.node_block, (room >= per).astype(np.int64), job.num_nodes, job.num_nodes)
+            return np.where(region, room, 0)
+        widest = int(np.diff(topo.node_first_gpu)[inside].max())
+        first = None
+        for nodes, cap in _block_sizings(blocks, g, -(-g // widest)):
+            capped = room if cap is None else np.minimum(room, cap)
+            region = blocks.region(topo.node_block, capped, g, nodes)
+            kept = np.where(region, capped, 0)
+            if int(kept.sum()) >= g:
+                return kept
+            first = kept if first is None else first
+        return first if first is not None else np.zeros_like(room)
 
     def _share_limit(self, job: PendingJob) -> np.ndarray:
         """Per node, the most GPUs of ``job`` whose CPU and memory share fit what is left."""
@@ -314,6 +331,22 @@ def _static_mask(topo: Topology, types: tuple[str, ...] | None, features: tuple[
 
 def _sizes(topo: Topology) -> np.ndarray:
     return np.diff(topo.node_first_gpu)
+
+
+def _block_sizings(blocks: Blocks, gpus: int, fewest: int) -> Iterator[tuple[int, int | None]]:
+    """The node counts to size a block region for a job of ``gpus`` GPUs that can take no
+    fewer than ``fewest`` nodes, each with the most GPUs a node may then give it (``None``:
+    any): ``fewest`` itself, then the first count of each larger block level, with nodes
+    capped so that fewer than that many cannot hold the job."""
+    yield fewest, None
+    for level in blocks.levels:
+        nodes = (blocks.base_nodes << level) + 1
+        if nodes <= fewest:
+            continue
+        cap = (gpus - 1) // (nodes - 1)
+        if cap < 1:
+            return
+        yield nodes, cap
 
 
 def _node_gpus(topo: Topology, nodes: np.ndarray) -> tuple[int, ...]:

@@ -255,11 +255,13 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     n_future = int(np.count_nonzero(future))
     runs = _by_end(state, also)
     skip = 0
-    if fit.cpus is None:  # a placer that needs more than a count says how many releases are short
+    if fit.cpus is None and state.topology.blocks is not None:
+        skip = _short_under_blocks(job, future, runs, state, placer, fit)
+    elif fit.cpus is None:  # a placer that needs more than a count says how many releases are short
         short = getattr(placer, "releases_short_of", None)
         skip = short(job, future, runs, state) if short is not None else releases_short_of(job.num_gpus - n_future, runs)
     if skip:
-        future[np.fromiter(chain.from_iterable(r.gpus for r in runs[:skip]), np.int64)] = True
+        future[np.fromiter(chain.from_iterable(map(fit.release, runs[:skip])), np.int64)] = True
         n_future = int(np.count_nonzero(future))
     for run in runs[skip:]:
         back = fit.release(run)
@@ -276,6 +278,38 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
         if gpus is not None:
             return Hold(job.job_id, tuple(int(g) for g in gpus), run.expected_end(state.now))
     return None
+
+
+def _short_under_blocks(job: PendingJob, free: np.ndarray, runs: tuple[RunningJob, ...], state: ClusterState,
+                        placer: Placer, fit: Fit) -> int:
+    """How many of ``runs`` (in release order) end with ``job`` still not placed among
+    ``free`` and their GPUs, under Slurm's block topology without node capacity: found by
+    bisection, since a release only adds GPUs and a job placed in a block stays placeable
+    as more come back. Why: every job then asks `Fit.usable` for its block, and walking
+    thousands of releases one by one made a hold at 16,384 GPUs take a second
+    (`bench/scale.py --blocks`)."""
+    backs = [fit.release(r) for r in runs]  # without capacity: a function of the run alone
+    if not backs:
+        return 0
+    ends = np.cumsum([len(b) for b in backs])
+    flat = np.fromiter(chain.from_iterable(backs), np.int64, int(ends[-1]))
+
+    def places(k: int) -> bool:  # with runs[: k + 1] ended
+        mask = free.copy()
+        mask[flat[: ends[k]]] = True
+        usable = fit.usable(job, mask)
+        return int(np.count_nonzero(usable)) >= job.num_gpus and placer.place(job, usable, state) is not None
+
+    lo, hi = 0, len(backs) - 1
+    if not places(hi):
+        return len(runs)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if places(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _by_end(state: ClusterState, also: Sequence[RunningJob]) -> tuple[RunningJob, ...]:

@@ -17,15 +17,19 @@ allows), with the shipped attentive model:
 
 ``--kept-off N`` keeps every pending job off the first N nodes, as an active reservation of
 someone else's does (daemon/others_reservations.py): then no job takes the decision core's
-fast path for plain requests.
+fast path for plain requests. ``--blocks N`` gives the cluster Slurm's block topology (base
+blocks of N nodes in node order, ``BlockSizes`` N, 2N, 4N and 8N; docs/daemon.md, "Block
+topologies"): every job's GPUs are then cut to one block's part (`Fit.usable`).
 
 Prints a table; the last stdout line is a JSON object with ``choose_p99_ms``,
 ``plan_p99_ms`` and ``cycle_p99_s`` (and the rest); ``--json`` also writes it to
-bench/results/scale.json (scale_kept_off.json with ``--kept-off``).
+bench/results/scale.json (scale_kept_off.json with ``--kept-off``, scale_blocks.json with
+``--blocks``).
 
     .venv/bin/python bench/scale.py --gpus 16384 --pending 10000 --json
     .venv/bin/python bench/scale.py --gpus 1024 --pending 1000 --skip-cycle   # the issue-3 size
     .venv/bin/python bench/scale.py --kept-off 8 --skip-cycle   # with a reservation in the way
+    .venv/bin/python bench/scale.py --blocks 9 --skip-cycle     # blocks of 9 nodes (72 GPUs)
 """
 
 from __future__ import annotations
@@ -68,14 +72,21 @@ def one_core() -> str:
         return "not pinned (no sched_setaffinity)"
 
 
-def measure_agents(gpus: int, pending: int, states: int, plans: int, seed: int, kept_off: int = 0) -> dict[str, Any]:
+def measure_agents(gpus: int, pending: int, states: int, plans: int, seed: int, kept_off: int = 0,
+                   blocks: int = 0) -> dict[str, Any]:
     from attentived.agents.attentive import AttentivePolicy
     from attentived.agents.learned import load_learned
     from attentived.topology import uniform
+    from attentived.topology.blocks import Blocks
 
     policy = load_learned("attentive", None)
     assert isinstance(policy, AttentivePolicy)
     topo = uniform(gpus // 8, 8, nodes_per_switch=4)
+    if blocks:
+        names = [n.name for n in topo.nodes]
+        members = [names[i:i + blocks] for i in range(0, len(names), blocks)]
+        topo = replace(topo, blocks=Blocks.of([f"b{k}" for k in range(len(members))], members,
+                                              [blocks << k for k in range(4)]))
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     snapshots = [random_state(rng, topo, pending=pending, busy_share=BUSY_SHARE) for _ in range(max(states, plans))]
@@ -132,6 +143,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kept-off", type=int, default=0, metavar="N",
                     help="keep every pending job off the first N nodes (an active reservation of someone else's)")
+    ap.add_argument("--blocks", type=int, default=0, metavar="N",
+                    help="Slurm's block topology: base blocks of N nodes (BlockSizes N, 2N, 4N, 8N)")
     ap.add_argument("--json", action="store_true", help="also write bench/results/scale.json")
     args = ap.parse_args()
     if args.gpus % 32 or args.gpus <= 0:
@@ -143,13 +156,16 @@ def main() -> None:
 
     pinned = one_core()
     print(f"{args.gpus:,} GPUs, {args.pending:,} pending, {BUSY_SHARE:.0%} busy; one thread, {pinned}", file=sys.stderr)
-    agents = measure_agents(args.gpus, args.pending, args.states, args.plans, args.seed, args.kept_off)
+    if args.blocks < 0:
+        ap.error(f"--blocks must be a number of nodes, got {args.blocks}")
+    agents = measure_agents(args.gpus, args.pending, args.states, args.plans, args.seed, args.kept_off, args.blocks)
     doc: dict[str, Any] = {
         "benchmark": "scale",
         "gpus": args.gpus,
         "pending": args.pending,
         "busy_share": BUSY_SHARE,
         "kept_off_nodes": args.kept_off,
+        "block_nodes": args.blocks,
         "one_core": pinned,
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count()},
         **agents,
@@ -173,7 +189,8 @@ def main() -> None:
     doc["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'peak memory':<28} {doc['peak_rss_mb']:8.0f} MB   (target < 2,048 MB)")
     if args.json:
-        out = RESULTS.with_name("scale_kept_off.json") if args.kept_off else RESULTS
+        out = RESULTS.with_name("scale_kept_off.json" if args.kept_off else "scale_blocks.json" if args.blocks
+                                else RESULTS.name)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"wrote {out}", file=sys.stderr)

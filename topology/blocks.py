@@ -112,5 +112,6 @@ class Blocks:
         held = np.take_along_axis(table, order, axis=1).clip(min=0).sum(axis=1)
         enough = np.flatnonzero(held >= need)
         best = int(enough[np.argmin(held[enough])]) if len(enough) else int(np.argmax(held))
-        chosen = best * lows + order[best]
-        return inside & np.isin(node_block // span, chosen)
+        chosen = np.zeros(groups * lows + 1, dtype=bool)  # per llblock, and a last entry for nodes in none
+        chosen[best * lows + order[best]] = True
+        return chosen[np.where(inside, node_block // span, -1)]

@@ -11,6 +11,7 @@ import pytest
 
 from attentived.agents.fit import Fit
 from attentived.agents.placement import Consolidate
+from attentived.agents.policy import expected_hold
 from attentived.agents.registry import ALL, make_policy, unsupported
 from attentived.agents.state import PendingJob
 from attentived.topology import parse_topology_conf, topology_from_slurm
@@ -129,3 +130,56 @@ def test_a_job_whose_gpu_type_is_only_outside_blocks_is_planned_there():
     fit = Fit.of(s)
     assert fit.usable(s.pending[0], s.free).sum() == 16 and not fit.usable(s.pending[1], s.free)[48:].any()
     assert sorted(st.job_id for st in make_policy("fifo+consolidate").decide(s).starts) == ["a", "g"]
+
+
+def _hold_by_walking(job, state, placer):
+    """`expected_hold` by its definition: release running jobs in order until the job places."""
+    fit = Fit.of(state)
+    future = state.free.copy()
+    for run in state.running_by_end:
+        future[list(fit.release(run))] = True
+        usable = fit.usable(job, future)
+        gpus = placer.place(job, usable, state) if usable.sum() >= job.num_gpus else None
+        if gpus is not None:
+            return tuple(gpus), run.expected_end(state.now)
+    return None
+
+
+def test_a_hold_under_blocks_is_where_walking_the_releases_finds_it():
+    """Under blocks `expected_hold` bisects the releases (every job asks for its block):
+    the same hold as walking them one by one, on random states and job sizes."""
+    topo = lab8()
+    compared = 0
+    for seed in range(25):
+        s = random_state(topo, seed)
+        for gpus in (4, 12, 16, 24, 40, 64):
+            j = job(f"x{gpus}", gpus)
+            hold = expected_hold(j, s.free, s, Consolidate())
+            walked = _hold_by_walking(j, s, Consolidate())
+            assert (None if hold is None else (hold.gpus, hold.expected_start)) == walked, (seed, gpus)
+            compared += hold is not None
+    assert compared > 50
+
+
+def test_any_gpus_of_a_jobs_usable_mask_are_accepted():
+    """`Fit.usable`'s promise under blocks: whatever GPUs of its mask a placer takes (at
+    random here), slurmctld accepts their nodes, including where a larger block is used
+    with each node's room capped; over random states, job sizes and three block files."""
+    rng = np.random.default_rng(3)
+    gres = "AutoDetect=off\nNodeName=n[1-20] Name=gpu File=/dev/nvidia[0-3]\n"
+    default_levels = topology_from_slurm(gres, parse_topology_conf("".join(
+        f"BlockName=b{k} Nodes=n{k}\n" for k in range(1, 19))))  # 18 blocks of one node, n19-20 in none
+    checked = 0
+    for topo in (lab8(), lab8("topology-block.yaml", "26.05"), default_levels):
+        for seed in range(15):
+            s = random_state(topo, seed)
+            fit = Fit.of(s)
+            for gpus in (1, 3, 8, 12, 20, 36, 50):
+                usable = np.flatnonzero(fit.usable(job("x", gpus), s.free))
+                if len(usable) < gpus:
+                    continue
+                for _ in range(5):
+                    taken = rng.choice(usable, size=gpus, replace=False)
+                    assert accepted(topo, taken), (seed, gpus, sorted(set(topo.gpu_node[taken].tolist())))
+                    checked += 1
+    assert checked > 300
