@@ -255,15 +255,19 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     n_future = int(np.count_nonzero(future))
     runs = _by_end(state, also)
     skip = 0
+    walk = len(runs)  # releases walked one by one before the rest is bisected (blocks only)
     if fit.cpus is None and state.topology.blocks is not None:
         skip = _short_under_blocks(job, future, runs, state, placer, fit)
+        walk = skip + BLOCK_WALK
     elif fit.cpus is None:  # a placer that needs more than a count says how many releases are short
         short = getattr(placer, "releases_short_of", None)
         skip = short(job, future, runs, state) if short is not None else releases_short_of(job.num_gpus - n_future, runs)
     if skip:
         future[np.fromiter(chain.from_iterable(map(fit.release, runs[:skip])), np.int64)] = True
         n_future = int(np.count_nonzero(future))
-    for run in runs[skip:]:
+    for i, run in enumerate(runs[skip:], start=skip):
+        if i == walk:
+            return _bisected_hold(job, future, runs[i:], state, placer, fit)
         back = fit.release(run)
         if back is run.gpus:
             future[list(back)] = True
@@ -280,36 +284,76 @@ def expected_hold(job: PendingJob, free: np.ndarray, state: ClusterState, placer
     return None
 
 
+BLOCK_WALK = 64
+"""Releases a hold under Slurm's block topology tries one by one past the point where the
+job's usable GPUs first suffice, before it bisects the rest (`_bisected_hold`)."""
+
+
+def _bisected_hold(job: PendingJob, free: np.ndarray, runs: tuple[RunningJob, ...], state: ClusterState,
+                   placer: Placer, fit: Fit) -> Hold | None:
+    """The hold at the first of ``runs`` (releases, in order, onto ``free``) after which
+    ``placer`` places ``job``, found by bisection: exact where placing, once possible,
+    stays possible. Under blocks a packed placement may come and go as the best block
+    moves (`PackedPlacer`), so past the releases `expected_hold` walks one by one
+    (`BLOCK_WALK`) the hold may come later than the first release that packs it: the
+    price of a plan that at 16,384 GPUs walked thousands of releases (1.3 s)."""
+    backs = [fit.release(r) for r in runs]
+    ends = np.cumsum([len(b) for b in backs])
+    flat = np.fromiter(chain.from_iterable(backs), np.int64, int(ends[-1]))
+
+    def placed(k: int) -> tuple[int, ...] | None:  # with runs[: k + 1] ended
+        mask = free.copy()
+        mask[flat[: ends[k]]] = True
+        usable = fit.usable(job, mask)
+        return placer.place(job, usable, state) if int(np.count_nonzero(usable)) >= job.num_gpus else None
+
+    lo, hi = 0, len(runs) - 1
+    if placed(hi) is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if placed(mid) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    gpus = placed(lo)
+    assert gpus is not None
+    return Hold(job.job_id, tuple(int(g) for g in gpus), runs[lo].expected_end(state.now))
+
+
 def _short_under_blocks(job: PendingJob, free: np.ndarray, runs: tuple[RunningJob, ...], state: ClusterState,
                         placer: Placer, fit: Fit) -> int:
-    """How many of ``runs`` (in release order) end with ``job`` still not placed among
-    ``free`` and their GPUs, under Slurm's block topology without node capacity: found by
-    bisection, since a release only adds GPUs and a job placed in a block stays placeable
-    as more come back. Why: every job then asks `Fit.usable` for its block, and walking
-    thousands of releases one by one made a hold at 16,384 GPUs take a second
-    (`bench/scale.py --blocks`)."""
+    """How many of ``runs`` (in release order) surely end with ``job`` still not placed
+    among ``free`` and their GPUs, under Slurm's block topology without node capacity: those
+    after which its usable GPUs (`Fit.usable`) still number fewer than it asks, found by
+    bisection (once they suffice they keep sufficing: `Fit._block_room`), and no fewer than
+    the placer's own bound (`PackedPlacer.releases_short_of`). Not the placer's answer
+    itself: a packed placement may come and go as the best block moves, and `RandomPlacer`
+    draws at every call; `expected_hold` walks on from here with the placer. Why: every job
+    then asks `Fit.usable` for its block, and walking thousands of releases one by one made
+    a hold at 16,384 GPUs take a second (`bench/scale.py --blocks`)."""
     backs = [fit.release(r) for r in runs]  # without capacity: a function of the run alone
     if not backs:
         return 0
     ends = np.cumsum([len(b) for b in backs])
     flat = np.fromiter(chain.from_iterable(backs), np.int64, int(ends[-1]))
 
-    def places(k: int) -> bool:  # with runs[: k + 1] ended
+    def holds(k: int) -> bool:  # with runs[: k + 1] ended
         mask = free.copy()
         mask[flat[: ends[k]]] = True
-        usable = fit.usable(job, mask)
-        return int(np.count_nonzero(usable)) >= job.num_gpus and placer.place(job, usable, state) is not None
+        return int(np.count_nonzero(fit.usable(job, mask))) >= job.num_gpus
 
     lo, hi = 0, len(backs) - 1
-    if not places(hi):
+    if not holds(hi):
         return len(runs)
     while lo < hi:
         mid = (lo + hi) // 2
-        if places(mid):
+        if holds(mid):
             hi = mid
         else:
             lo = mid + 1
-    return lo
+    short = getattr(placer, "releases_short_of", None)
+    return lo if short is None else max(lo, short(job, free, runs, state))
 
 
 def _by_end(state: ClusterState, also: Sequence[RunningJob]) -> tuple[RunningJob, ...]:

@@ -94,8 +94,10 @@ class Blocks:
         ``nodes`` nodes is placed: one block of its level and, inside, the llblocks it may
         touch with the most ``room`` (per node: what counts toward ``need``). Every set of
         at least ``nodes`` nodes inside passes `allows`. Of the blocks whose part holds
-        ``need``, the one holding least (best fit, as slurmctld picks); where none does,
-        the one holding most (the job does not fit now)."""
+        ``need``, one where it takes the fewest nodes (a job that fits a free node is not
+        split because another block fits it more tightly), then the one holding least
+        (best fit, as slurmctld picks); where none holds it, the one holding most (the job
+        does not fit now)."""
         count = len(self.names)
         inside = node_block >= 0
         per_base = np.bincount(node_block[inside], weights=room[inside], minlength=count)
@@ -111,7 +113,31 @@ class Blocks:
         order = np.argsort(-table, axis=1, kind="stable")[:, :most]
         held = np.take_along_axis(table, order, axis=1).clip(min=0).sum(axis=1)
         enough = np.flatnonzero(held >= need)
-        best = int(enough[np.argmin(held[enough])]) if len(enough) else int(np.argmax(held))
+        on_low = np.where(inside, node_block // span, -1)
+        if len(enough) > 1:
+            fewest = _fewest_nodes(on_low, room, order, lows, groups, need)[enough]
+            best = int(enough[np.lexsort((held[enough], fewest))[0]])
+        else:
+            best = int(enough[0]) if len(enough) else int(np.argmax(held))
         chosen = np.zeros(groups * lows + 1, dtype=bool)  # per llblock, and a last entry for nodes in none
         chosen[best * lows + order[best]] = True
-        return chosen[np.where(inside, node_block // span, -1)]
+        return chosen[on_low]
+
+
+def _fewest_nodes(on_low: np.ndarray, room: np.ndarray, order: np.ndarray, lows: int, groups: int,
+                  need: int) -> np.ndarray:
+    """Per block, the fewest of its nodes (in its chosen llblocks ``order``) whose ``room``
+    adds up to ``need``; a large number where they never do."""
+    picked = np.zeros(groups * lows + 1, dtype=bool)
+    picked[(np.arange(groups)[:, None] * lows + order).ravel()] = True
+    nodes = np.flatnonzero(picked[on_low])
+    group = on_low[nodes] // lows
+    by = np.lexsort((-room[nodes], group))  # each block's nodes, the roomiest first
+    group, held = group[by], np.cumsum(room[nodes][by])
+    starts = np.searchsorted(group, np.arange(groups))  # each block's first position
+    before = np.where(starts > 0, held[np.maximum(starts - 1, 0)], 0)
+    reached = held - before[group] >= need
+    out = np.full(groups, len(room) + 1)
+    first, at = np.unique(group[reached], return_index=True)
+    out[first] = np.flatnonzero(reached)[at] - starts[first] + 1
+    return out
