@@ -152,8 +152,8 @@ class Fit:
             per = g // job.num_nodes
             region = blocks.region(topo.node_block, (room >= per).astype(np.int64), job.num_nodes, job.num_nodes)
             return np.where(region, room, 0)
-        widest = int(np.diff(topo.node_first_gpu)[inside].max())
-        first = None
+        widest = int(_sizes(topo)[inside].max())
+        first = None  # the fewest nodes' sizing, which comes first: where the job does not fit now
         for nodes, cap in _block_sizings(blocks, g, -(-g // widest)):
             capped = room if cap is None else np.minimum(room, cap)
             region = blocks.region(topo.node_block, capped, g, nodes)
@@ -161,7 +161,8 @@ class Fit:
             if int(kept.sum()) >= g:
                 return kept
             first = kept if first is None else first
-        return first if first is not None else np.zeros_like(room)
+        assert first is not None
+        return first
 
     def _share_limit(self, job: PendingJob) -> np.ndarray:
         """Per node, the most GPUs of ``job`` whose CPU and memory share fit what is left."""

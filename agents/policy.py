@@ -7,7 +7,7 @@ into a ``Policy`` whose ``decide(state) -> Plan`` is all the simulator and the d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -297,28 +297,18 @@ def _bisected_hold(job: PendingJob, free: np.ndarray, runs: tuple[RunningJob, ..
     moves (`PackedPlacer`), so past the releases `expected_hold` walks one by one
     (`BLOCK_WALK`) the hold may come later than the first release that packs it: the
     price of a plan that at 16,384 GPUs walked thousands of releases (1.3 s)."""
-    backs = [fit.release(r) for r in runs]
-    ends = np.cumsum([len(b) for b in backs])
-    flat = np.fromiter(chain.from_iterable(backs), np.int64, int(ends[-1]))
 
-    def placed(k: int) -> tuple[int, ...] | None:  # with runs[: k + 1] ended
-        mask = free.copy()
-        mask[flat[: ends[k]]] = True
+    def placed(mask: np.ndarray) -> tuple[int, ...] | None:
         usable = fit.usable(job, mask)
         return placer.place(job, usable, state) if int(np.count_nonzero(usable)) >= job.num_gpus else None
 
-    lo, hi = 0, len(runs) - 1
-    if placed(hi) is None:
+    found = _first_release(free, runs, fit, lambda mask: placed(mask) is not None)
+    if found is None:
         return None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if placed(mid) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
-    gpus = placed(lo)
+    k, mask = found
+    gpus = placed(mask)
     assert gpus is not None
-    return Hold(job.job_id, tuple(int(g) for g in gpus), runs[lo].expected_end(state.now))
+    return Hold(job.job_id, tuple(int(g) for g in gpus), runs[k].expected_end(state.now))
 
 
 def _short_under_blocks(job: PendingJob, free: np.ndarray, runs: tuple[RunningJob, ...], state: ClusterState,
@@ -332,28 +322,40 @@ def _short_under_blocks(job: PendingJob, free: np.ndarray, runs: tuple[RunningJo
     draws at every call; `expected_hold` walks on from here with the placer. Why: every job
     then asks `Fit.usable` for its block, and walking thousands of releases one by one made
     a hold at 16,384 GPUs take a second (`bench/scale.py --blocks`)."""
-    backs = [fit.release(r) for r in runs]  # without capacity: a function of the run alone
-    if not backs:
-        return 0
+    found = _first_release(free, runs, fit, lambda mask: int(np.count_nonzero(fit.usable(job, mask))) >= job.num_gpus)
+    if found is None:
+        return len(runs)
+    short = getattr(placer, "releases_short_of", None)
+    return found[0] if short is None else max(found[0], short(job, free, runs, state))
+
+
+def _first_release(free: np.ndarray, runs: tuple[RunningJob, ...], fit: Fit,
+                   ok: Callable[[np.ndarray], bool]) -> tuple[int, np.ndarray] | None:
+    """The first ``k`` (and its mask) for which ``ok`` holds of ``free`` with ``runs[: k + 1]``
+    released, by bisection (exact where ``ok``, once true, stays true as more come back);
+    ``None`` when it does not hold even with all of them. Without node capacity a release
+    is a function of the run alone (`Fit.release`), so the masks are built from one list."""
+    if not runs:
+        return None
+    backs = [fit.release(r) for r in runs]
     ends = np.cumsum([len(b) for b in backs])
     flat = np.fromiter(chain.from_iterable(backs), np.int64, int(ends[-1]))
 
-    def holds(k: int) -> bool:  # with runs[: k + 1] ended
+    def released(k: int) -> np.ndarray:
         mask = free.copy()
         mask[flat[: ends[k]]] = True
-        return int(np.count_nonzero(fit.usable(job, mask))) >= job.num_gpus
+        return mask
 
-    lo, hi = 0, len(backs) - 1
-    if not holds(hi):
-        return len(runs)
+    lo, hi = 0, len(runs) - 1
+    if not ok(released(hi)):
+        return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if holds(mid):
+        if ok(released(mid)):
             hi = mid
         else:
             lo = mid + 1
-    short = getattr(placer, "releases_short_of", None)
-    return lo if short is None else max(lo, short(job, free, runs, state))
+    return lo, released(lo)
 
 
 def _by_end(state: ClusterState, also: Sequence[RunningJob]) -> tuple[RunningJob, ...]:

@@ -585,9 +585,11 @@ class Simulation:
                 per_node = Counter(int(topo.gpu_node[g]) for g in gpus)
                 if len(per_node) != job.num_nodes or set(per_node.values()) != {job.num_gpus // job.num_nodes}:
                     raise PolicyError(f"{where}: needs {job.num_nodes} nodes x {job.num_gpus // job.num_nodes} GPUs")
-            if self._blocks is not None and not self._blocks.allows(topo.node_block, np.unique(topo.gpu_node[list(gpus)])):
-                raise PolicyError(f"{where}: its nodes are not where Slurm's block topology lets a job of "
-                                  f"{len(np.unique(topo.gpu_node[list(gpus)]))} nodes run")
+            if self._blocks is not None:
+                nodes = np.unique(topo.gpu_node[list(gpus)])
+                if not self._blocks.allows(topo.node_block, nodes):
+                    raise PolicyError(f"{where}: its nodes are not where Slurm's block topology lets a job of "
+                                      f"{len(nodes)} nodes run")
             taken.update(gpus)
             out.append((st.job_id, gpus))
         if self._res is not None and out:
