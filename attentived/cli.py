@@ -368,14 +368,6 @@ def train(
     from dataclasses import replace
 
     from attentived.atomic import write_file
-    from attentived.training.config import PPOConfig
-    from attentived.training.kinds import KINDS, kind_defaults
-    from attentived.training.ppo import train as run_training
-    from attentived.training.train_config import (
-        TrainConfigError,
-        apply_settings,
-        load_train_config,
-    )
 
     with _bad_input():
         chosen: dict[str, Any] = {}
@@ -403,6 +395,12 @@ def train(
             raise _fail(f"--out-dir: {problem}")
         if trace is not None and not trace.is_file():
             raise _fail(f"{trace}: no such file")
+        # the training code loads torch (2 s): the options above are refused before it
+        from attentived.training.config import PPOConfig
+        from attentived.training.kinds import KINDS, kind_defaults
+        from attentived.training.ppo import train as run_training
+        from attentived.training.train_config import TrainConfigError, apply_settings, load_train_config
+
         if agent not in KINDS:
             raise _fail(f"--agent: unknown agent {agent!r}; one of {', '.join(KINDS)}")
         base = replace(PPOConfig(), **kind_defaults(agent))
@@ -447,7 +445,6 @@ def evaluate(
     from attentived.agents.registry import PRESETS, expand
     from attentived.simulator.samples import sample_path
     from attentived.simulator.trace import load_trace, parse_duration
-    from attentived.training.ppo import evaluate as run_evaluation
 
     from .render import summary_table
 
@@ -468,6 +465,8 @@ def evaluate(
             raise _fail(f"--end ({end or '47d'}) must be after --start ({start or '40d'})")
         tr = load_trace(sample_path("philly") if trace is None else trace, start=window["start"], end=window["end"])
         topo = _topology(cluster, nodes, gpus_per_node, nodes_per_switch)
+        from attentived.training.ppo import evaluate as run_evaluation  # torch (2 s): after the checks above
+
         ev = run_evaluation(model, tr, topo, seeds=tuple(range(seeds)), baselines=expand(policy) or tuple(PRESETS))
     doc = ev.as_json()
     if as_json:

@@ -21,6 +21,17 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
+# A recipe with one short validation episode: the runs below test the command, not the
+# model, and the default validation (3 x 600 jobs) is most of a 1,024-step run.
+QUICK_VALIDATION = "val_episodes = 1\nval_jobs = 100\n"
+
+
+def quick_recipe(tmp_path: Path, extra: str = "") -> Path:
+    recipe = tmp_path / "quick.toml"
+    recipe.write_text(QUICK_VALIDATION + extra)
+    return recipe
+
+
 def test_replay_json_has_every_key_for_every_policy():
     r = cli("replay", str(sample_path("tiresias-60")), "--nodes", "4", "--gpus-per-node", "8", "--policy", "all", "--json")
     assert r.returncode == 0, r.stderr
@@ -171,7 +182,8 @@ def test_ctrl_c_stops_training_and_its_workers_and_says_how_to_resume(tmp_path):
 
     run = tmp_path / "run"
     p = subprocess.Popen(
-        [sys.executable, "-m", "attentived", "train", "--steps", "200000", "--out-dir", str(run), "--no-progress"],
+        [sys.executable, "-m", "attentived", "train", "--steps", "200000", "--out-dir", str(run), "--no-progress",
+         "--config", str(quick_recipe(tmp_path, "checkpoint_every = 1\n"))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell may start it with SIGINT ignored
     )
@@ -194,7 +206,8 @@ def test_ctrl_c_stops_training_and_its_workers_and_says_how_to_resume(tmp_path):
 @pytest.mark.slow
 def test_train_then_evaluate_round_trip(tmp_path):
     model = tmp_path / "model.pt"
-    r = cli("train", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--out", str(model), "--no-progress")
+    r = cli("train", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--out", str(model), "--no-progress",
+            "--config", str(quick_recipe(tmp_path)))
     assert r.returncode == 0, r.stderr
     assert model.is_file() and (tmp_path / "run" / "metrics.csv").is_file()
     r = cli("evaluate", str(model), "--trace", str(sample_path("tiresias-60")), "--nodes", "4", "-p", "fifo", "--json")
@@ -266,7 +279,7 @@ def test_a_fresh_run_into_a_folder_that_holds_a_run_is_refused(tmp_path):
 @pytest.mark.slow
 def test_the_config_files_seed_steps_and_days_hold_unless_an_option_is_given(tmp_path):
     recipe = tmp_path / "train.toml"
-    recipe.write_text("seed = 7\ntotal_steps = 1024\ntrain_days = [2, 20]\nval_days = [20, 30]\n")
+    recipe.write_text("seed = 7\ntotal_steps = 1024\ntrain_days = [2, 20]\nval_days = [20, 30]\n" + QUICK_VALIDATION)
     r = cli("train", "--config", str(recipe), "--out-dir", str(tmp_path / "a"), "--no-progress")
     assert r.returncode == 0, r.stderr
     used = json.loads((tmp_path / "a" / "summary.json").read_text())["config"]
@@ -279,7 +292,8 @@ def test_the_config_files_seed_steps_and_days_hold_unless_an_option_is_given(tmp
 
 @pytest.mark.slow
 def test_train_a_drl_baseline_from_the_command_line(tmp_path):
-    r = cli("train", "--agent", "deeprm", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--no-progress")
+    r = cli("train", "--agent", "deeprm", "--steps", "1024", "--out-dir", str(tmp_path / "run"), "--no-progress",
+            "--config", str(quick_recipe(tmp_path)))
     assert r.returncode == 0, r.stderr
     r = cli("replay", "--sample", "tiresias-60", "--policy", "deeprm", "--model", str(tmp_path / "run" / "best.pt"), "--json")
     assert r.returncode == 0, r.stderr
