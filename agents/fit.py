@@ -122,6 +122,14 @@ class Fit:
             room = _cover(room, listed, job.num_gpus)
         return _fullest_first(topo, free, room)
 
+    def block_room(self, job: PendingJob, room: np.ndarray) -> np.ndarray:
+        """``room`` (GPUs per node ``job`` may take, at some time) kept to where Slurm's block
+        topology lets it run (`_block_room`); ``room`` itself on a cluster without blocks.
+        For plans that count GPUs per node over time, as the backfill model's reservations."""
+        if self.topology.blocks is None:
+            return room
+        return self._block_room(job, room, self._listed(job))
+
     def _block_room(self, job: PendingJob, room: np.ndarray, listed: np.ndarray | None) -> np.ndarray:
         """``room`` (the GPUs ``job`` may take on each node) under Slurm's block topology:
         kept only inside the part of one block where every placement of the job passes

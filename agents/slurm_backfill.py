@@ -20,7 +20,9 @@ run when a higher one's reservation begins may not use that reservation's nodes,
 their GPUs the reserved job leaves free (on the lab, counting only the reserved GPUs
 backfilled 1-GPU jobs that Slurm kept waiting). Jobs that start now take their GPUs only,
 as running jobs share nodes. Nodes are taken as topology/tree takes them (`tree_nodes`). A job that
-starts now is placed by the placer among the GPUs no reservation needs while it runs.
+starts now is placed by the placer among the GPUs no reservation needs while it runs. Under
+a block topology a reservation's nodes keep to one block as a start's do (`Fit.block_room`):
+slurmctld's will-run test evaluates blocks as its start test does.
 
 A reservation starts when slurmctld's will-run test says, which takes the running jobs'
 ends in batches (`will_run_batches`), so it often starts later than the first moment the
@@ -71,8 +73,8 @@ class SlurmBackfill:
 
     def decide(self, state: ClusterState) -> Plan:
         order = self.chooser.rank(state).order
-        plan = _Timeline(state, self.resolution, self.clock_phase)
         fit = Fit.of(state)
+        plan = _Timeline(state, self.resolution, self.clock_phase, fit)
         free = state.free.copy()
         horizon = state.now + self.window
         starts: list[Start] = []
@@ -143,8 +145,9 @@ class _Timeline:
     will-run test batches them (`will_run_batches`); reservations take whole nodes for
     theirs. A start changes the batches, so the rows are rebuilt from both lists then."""
 
-    def __init__(self, state: ClusterState, resolution: float, clock_phase: float) -> None:
+    def __init__(self, state: ClusterState, resolution: float, clock_phase: float, fit: Fit) -> None:
         self.state = state
+        self.fit = fit
         self.resolution = resolution
         self.clock_phase = clock_phase
         topo = state.topology
@@ -210,8 +213,10 @@ class _Timeline:
             if self.times[row] > horizon:
                 return None
             end = self._rows(row, limit)
-            nodes = tree_nodes(job, self.free[row] if end == row + 1 else self.free[row:end].min(axis=0),
-                               self.state.topology.node_switch)
+            room = self.free[row] if end == row + 1 else self.free[row:end].min(axis=0)
+            if self.state.topology.blocks is not None:
+                room = self.fit.block_room(job, room.clip(min=0))
+            nodes = tree_nodes(job, room, self.state.topology.node_switch)
             if nodes is not None:
                 take = np.zeros(self.free.shape[1], dtype=np.int64)
                 for node, k in nodes:

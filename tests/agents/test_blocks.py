@@ -76,6 +76,24 @@ def test_a_job_waits_rather_than_span_blocks():
     assert not accepted(topo, start.gpus)
 
 
+@pytest.mark.parametrize("limit, started", [(3600.0, []), (500.0, ["small"])])
+def test_the_slurm_presets_reservations_keep_to_the_blocks(limit, started):
+    """slurmctld's will-run test evaluates blocks as its start test does, so the backfill a
+    replay of Slurm models reserves a blocked job's nodes inside one block. node1 (b1) and
+    node3 (b2) free at 100 s, their block partners at 5,000 s; node5 (b3) is free now and
+    node6 at 1,000 s. A 16-GPU job's reservation is b3 from 1,000 s, not node1 + node3 from
+    100 s (which slurmctld refuses), so a job behind it may start on node5 now only if it
+    ends before then."""
+    topo = lab8()
+    ends = {0: 100.0, 1: 5000.0, 2: 100.0, 3: 5000.0, 5: 1000.0, 6: 5000.0, 7: 5000.0}
+    running = [RunningJob(f"r{n}", "x", tuple(range(8 * n, 8 * n + 8)), 0.0, 0.0, end) for n, end in ends.items()]
+    s = make_state(topo, [job("big", 16), job("small", 8, submit=1.0, limit=limit)], running=running, now=0.0)
+    plan = make_policy("slurm").decide(s)
+    assert [st.job_id for st in plan.starts] == started
+    flat = replace(s, topology=replace(topo, blocks=None))  # without the rule: reserved on node1 + node3
+    assert [st.job_id for st in make_policy("slurm").decide(flat).starts] == ["small"]
+
+
 def test_nodes_in_no_block_take_no_job():
     topo = lab8()
     inside = replace(topo, blocks=parse_topology_conf("BlockName=b1 Nodes=node[1-2]\n").blocks)
