@@ -33,6 +33,7 @@ running jobs, where slurmctld takes only those on nodes the job may use.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -152,33 +153,38 @@ class _Timeline:
         self.clock_phase = clock_phase
         topo = state.topology
         self.now_free = topo.per_node(state.free).astype(np.int64)
-        #: (end by the time limit, GPUs per node) of every running job with a limit
-        self.ends: list[tuple[float, np.ndarray]] = []
-        for run in state.running:
-            if run.time_limit is None:
-                continue  # no limit: as far as Slurm plans, its GPUs never come back
-            self.ends.append((run.expected_end(state.now), self.per_node(run.gpus)))
-        self.ends.sort(key=lambda e: e[0])
+        # the running jobs with a limit (without one, as far as Slurm plans, their GPUs never
+        # come back), counted per node in one pass: a replay builds this timeline at every event
+        runs = [run for run in state.running if run.time_limit is not None]
+        nodes = len(topo.nodes)
+        sizes = [len(run.gpus) for run in runs]
+        gpus = np.fromiter(itertools.chain.from_iterable(run.gpus for run in runs), dtype=np.int64, count=sum(sizes))
+        owner = np.repeat(np.arange(len(runs), dtype=np.int64), sizes)
+        counts = np.bincount(owner * nodes + topo.gpu_node[gpus], minlength=len(runs) * nodes).reshape(len(runs), nodes)
+        ends = np.array([run.expected_end(state.now) for run in runs], dtype=float)
+        by_end = np.argsort(ends, kind="stable")
+        #: each running job's end by its time limit, ascending, and its GPUs per node
+        self.end_at: np.ndarray = ends[by_end]
+        self.end_gpus: np.ndarray = counts[by_end]
         #: (start, end, GPUs per node) of the reservations made in this pass
         self.reserved: list[tuple[float, float, np.ndarray]] = []
+        self._totals: np.ndarray | None = None
         self._rebuild()
 
     def _rebuild(self) -> None:
         """The rows from scratch: the GPUs free now, given back at each batch's last end
         (on the grid; an overrun job's now), less the reservations' nodes."""
         now = self.state.now
-        back: dict[float, np.ndarray] = {}
-        for at, (_, gpus) in zip(will_run_batches([e for e, _ in self.ends], self.clock_phase), self.ends):
-            at = max(now, math.floor(at / self.resolution) * self.resolution)  # an overrun job: back now
-            back[at] = back.get(at, 0) + gpus
+        back_at = np.array(will_run_batches(self.end_at.tolist(), self.clock_phase), dtype=float)
+        back_at = np.maximum(now, np.floor(back_at / self.resolution) * self.resolution)  # an overrun job: back now
+        # ascending (the batches' ends are), so each time's jobs are adjacent
+        at, first = np.unique(back_at, return_index=True)
         marks = {t for r in self.reserved for t in r[:2] if math.isfinite(t)}
-        times = sorted(set(back) | marks | {now})
-        rows = np.empty((len(times), len(self.now_free)), dtype=np.int64)
-        row = self.now_free.copy()
-        for i, t in enumerate(times):
-            if t in back:
-                row = row + back[t]
-            rows[i] = row
+        times = sorted(set(at.tolist()) | marks | {now})
+        given = np.zeros((len(times), len(self.now_free)), dtype=np.int64)
+        if len(at):
+            given[np.searchsorted(times, at)] = np.add.reduceat(self.end_gpus, first, axis=0)
+        rows = self.now_free + np.cumsum(given, axis=0)
         for start, end, take in self.reserved:
             lo = bisect.bisect_left(times, start)
             hi = bisect.bisect_left(times, end) if math.isfinite(end) else len(times)
@@ -186,6 +192,19 @@ class _Timeline:
             rows[lo:hi, nodes] = np.minimum(rows[lo:hi, nodes] - take[nodes], 0)
         self.times: list[float] = times
         self.free: np.ndarray = rows
+        self._totals = None
+
+    def totals(self) -> np.ndarray:
+        """Per row, the free GPUs of all nodes (a reserved node's count as none)."""
+        if self._totals is None:
+            self._totals = self.free.clip(min=0).sum(axis=1)
+        return self._totals
+
+    def _fits(self, job: PendingJob) -> np.ndarray:
+        """Per row, whether ``job`` fits there at all."""
+        if job.num_nodes is not None:
+            return (self.free >= job.num_gpus // job.num_nodes).sum(axis=1) >= job.num_nodes
+        return self.totals() >= job.num_gpus
 
     def per_node(self, gpus) -> np.ndarray:
         topo = self.state.topology
@@ -209,7 +228,7 @@ class _Timeline:
         """The first row from which ``job`` fits on the nodes' free GPUs for ``limit``
         seconds, and its GPUs per node there (`tree_nodes`); ``None`` if no row up to
         ``horizon`` does."""
-        for row in np.flatnonzero(_fits(job, self.free)).tolist():
+        for row in np.flatnonzero(self._fits(job)).tolist():
             if self.times[row] > horizon:
                 return None
             end = self._rows(row, limit)
@@ -231,7 +250,9 @@ class _Timeline:
         does."""
         if row == 0:
             self.now_free = self.now_free - take
-            bisect.insort(self.ends, (self.state.now + limit, take), key=lambda e: e[0])
+            at = int(np.searchsorted(self.end_at, self.state.now + limit, side="right"))  # after equal ends
+            self.end_at = np.insert(self.end_at, at, self.state.now + limit)
+            self.end_gpus = np.insert(self.end_gpus, at, take, axis=0)
             self._rebuild()
             return
         start = self.times[row]
@@ -243,6 +264,7 @@ class _Timeline:
             self.free = np.insert(self.free, at, self.free[at - 1], axis=0)
         nodes = np.flatnonzero(take)
         self.free[row:at, nodes] = np.minimum(self.free[row:at, nodes] - take[nodes], 0)
+        self._totals = None
 
     def unreserved(self, free: np.ndarray, limit: float) -> np.ndarray:
         """``free`` less the GPUs the reservations need during the next ``limit`` seconds:
@@ -258,10 +280,3 @@ class _Timeline:
             lo, hi = int(topo.node_first_gpu[node]), int(topo.node_first_gpu[node + 1])
             out[np.flatnonzero(free[lo:hi])[max(int(keep[node]), 0) :] + lo] = False
         return out
-
-
-def _fits(job: PendingJob, free: np.ndarray) -> np.ndarray:
-    """Per row of free GPU counts per node, whether ``job`` fits there at all."""
-    if job.num_nodes is not None:
-        return (free >= job.num_gpus // job.num_nodes).sum(axis=1) >= job.num_nodes
-    return free.clip(min=0).sum(axis=1) >= job.num_gpus

@@ -18,6 +18,10 @@ Prints a table and writes bench/results/simulator.json.
     .venv/bin/python bench/simulator.py --quick      # 1k and 10k jobs, and the CLI run
     .venv/bin/python bench/simulator.py --frontier   # also the 16,384-GPU synthetic run
     .venv/bin/python bench/simulator.py --frontier --frontier-jobs 100000   # a smaller one
+    .venv/bin/python bench/simulator.py --quick --policy slurm --out slurm.json   # other policies
+
+The ``slurm`` preset (Slurm's own backfill, every job it tests reserving) is the slowest to
+replay: docs/simulator.md has its rows.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ def main() -> None:
                     help=f"also {FRONTIER_JOBS:,} synthetic jobs on {FRONTIER_NODES:,} nodes x 8 GPUs")
     ap.add_argument("--frontier-jobs", type=int, default=FRONTIER_JOBS,
                     help="jobs of the frontier run (a smaller run shows the growth)")
+    ap.add_argument("--policy", action="append", default=None,
+                    help=f"policy to time (repeat; default {', '.join(POLICIES)})")
+    ap.add_argument("--out", type=Path, default=RESULTS, help=f"JSON file to write (default {RESULTS})")
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--child", nargs=2, metavar=("POLICY", "MAX_JOBS"), help=argparse.SUPPRESS)
@@ -90,6 +97,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.frontier_jobs < 1:
         ap.error(f"--frontier-jobs must be at least 1, got {args.frontier_jobs}")
+    if args.policy:
+        from attentived.agents.registry import BadPolicyName, make_policy
+
+        for name in args.policy:
+            try:
+                make_policy(name)
+            except BadPolicyName as e:
+                ap.error(f"--policy: {e}")
     if args.child:
         policy, n = args.child
         print(json.dumps(one(policy, None if n == "all" else int(n), args.nodes, args.gpus_per_node, args.child_frontier)))
@@ -110,7 +125,7 @@ def main() -> None:
               f"{row['jobs_per_s']:9.0f} jobs/s  load {row['load_s']:5.2f} s  "
               f"decisions {row['decisions']:>7}  peak RSS {row['peak_rss_mb']:6.0f} MB", flush=True)
 
-    for policy in POLICIES:
+    for policy in args.policy or POLICIES:
         for n in sizes:
             child(policy, n, args.nodes)
     cli = ["attentived", "replay", "--sample", "philly", "--nodes", str(args.nodes), "--policy", "fifo"]
@@ -121,7 +136,7 @@ def main() -> None:
     if args.frontier:
         for policy in FRONTIER_POLICIES:
             child(policy, args.frontier_jobs, FRONTIER_NODES, frontier=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "benchmark": "simulator",
         "cluster": f"{args.nodes} nodes x {args.gpus_per_node} GPUs",
@@ -130,8 +145,8 @@ def main() -> None:
         "rows": rows,
         "cli": {"command": " ".join(cli), "wall_s": cli_s, "target_s": 10.0},
     }
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
