@@ -84,7 +84,7 @@ class SlurmBackfill:
             if n_free == 0:
                 break  # nothing can start now; the reservations below would change no start
             job = state.pending[int(order[pos])]
-            limit = math.inf if job.time_limit is None else job.time_limit
+            limit = NO_LIMIT if job.time_limit is None else job.time_limit
             found = plan.earliest(job, limit, horizon)
             if found is None:
                 continue  # never fits, or not within the window: no reservation
@@ -103,6 +103,10 @@ class SlurmBackfill:
             starts.append(Start(job.job_id, tuple(int(g) for g in gpus)))
         return Plan(order=OrderView(state.pending, order), starts=tuple(starts))
 
+
+#: How long slurmctld's backfill takes a job without a time limit to run (``YEAR_MINUTES``
+#: in backfill.c, used where the job's and its partition's limits are ``INFINITE``).
+NO_LIMIT = 365 * 86_400.0
 
 #: The first window, in seconds, in which slurmctld's will-run test takes running jobs' ends
 #: together (``time_window`` in ``_will_run_test``, src/plugins/select/cons_common/job_test.c).
@@ -179,7 +183,7 @@ class _Timeline:
         back_at = np.maximum(now, np.floor(back_at / self.resolution) * self.resolution)  # an overrun job: back now
         # ascending (the batches' ends are), so each time's jobs are adjacent
         at, first = np.unique(back_at, return_index=True)
-        marks = {t for r in self.reserved for t in r[:2] if math.isfinite(t)}
+        marks = {t for r in self.reserved for t in r[:2]}
         times = sorted(set(at.tolist()) | marks | {now})
         given = np.zeros((len(times), len(self.now_free)), dtype=np.int64)
         if len(at):
@@ -187,7 +191,7 @@ class _Timeline:
         rows = self.now_free + np.cumsum(given, axis=0)
         for start, end, take in self.reserved:
             lo = bisect.bisect_left(times, start)
-            hi = bisect.bisect_left(times, end) if math.isfinite(end) else len(times)
+            hi = bisect.bisect_left(times, end)
             nodes = np.flatnonzero(take)
             rows[lo:hi, nodes] = np.minimum(rows[lo:hi, nodes] - take[nodes], 0)
         self.times: list[float] = times
@@ -259,7 +263,7 @@ class _Timeline:
         end = self._until(start, limit)
         self.reserved.append((start, end, take))
         at = bisect.bisect_left(self.times, end)
-        if math.isfinite(end) and (at == len(self.times) or self.times[at] != end):
+        if at == len(self.times) or self.times[at] != end:
             self.times.insert(at, end)
             self.free = np.insert(self.free, at, self.free[at - 1], axis=0)
         nodes = np.flatnonzero(take)

@@ -68,6 +68,19 @@ def test_a_reservation_takes_its_nodes_whole():
     assert set(got) == {"C"}
 
 
+def test_a_job_without_a_time_limit_is_planned_for_a_year():
+    """slurmctld's backfill takes a job with no limit (``UNLIMITED``) to run a year
+    (``YEAR_MINUTES``, backfill.c). The preset raised OverflowError on such a job. Here the
+    first starts; the second, blocked, holds node0 from 100 s on, so only C (50 s) passes."""
+    topo = uniform(2, 8)
+    running = [RunningJob("r0", "x", tuple(range(6)), 0.0, -10.0, 110.0)]
+    pending = [job("U", 8, submit=0, limit=None), job("A", 4, submit=1, limit=None),
+               job("B", 1, submit=2, limit=3600.0), job("C", 1, submit=3, limit=50.0)]
+    got = starts(slurm_backfill(), make_state(topo, pending, running=running, now=0.0))
+    assert set(got) == {"U", "C"}
+    assert got["U"] == tuple(range(8, 16))
+
+
 def test_a_job_ending_just_as_a_reservation_begins_may_not_use_its_nodes():
     """slurmctld tests a job against every backfill slot with ``begin_time <= end_time``,
     so ending exactly at a reservation's start counts as overlapping it. The lab's case:
