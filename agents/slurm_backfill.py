@@ -33,7 +33,6 @@ running jobs, where slurmctld takes only those on nodes the job may use.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -157,15 +156,17 @@ class _Timeline:
         self.clock_phase = clock_phase
         topo = state.topology
         self.now_free = topo.per_node(state.free).astype(np.int64)
-        # the running jobs with a limit (without one, as far as Slurm plans, their GPUs never
-        # come back), counted per node in one pass: a replay builds this timeline at every event
-        runs = [run for run in state.running if run.time_limit is not None]
+        # the running jobs' GPUs per node in one pass (a replay builds this timeline at every
+        # event), kept for those with a limit: without one, as far as Slurm plans, their GPUs
+        # never come back (their deadline is -inf)
+        runs = state.running_arrays
         nodes = len(topo.nodes)
-        sizes = [len(run.gpus) for run in runs]
-        gpus = np.fromiter(itertools.chain.from_iterable(run.gpus for run in runs), dtype=np.int64, count=sum(sizes))
-        owner = np.repeat(np.arange(len(runs), dtype=np.int64), sizes)
-        counts = np.bincount(owner * nodes + topo.gpu_node[gpus], minlength=len(runs) * nodes).reshape(len(runs), nodes)
-        ends = np.array([run.expected_end(state.now) for run in runs], dtype=float)
+        owner = np.repeat(np.arange(len(runs.num_gpus), dtype=np.int64), runs.num_gpus)
+        counts = np.bincount(owner * nodes + topo.gpu_node[runs.gpus],
+                             minlength=len(runs.num_gpus) * nodes).reshape(len(runs.num_gpus), nodes)
+        limited = runs.deadline > -math.inf
+        ends = np.maximum(state.now, runs.deadline[limited])  # `RunningJob.expected_end`
+        counts = counts[limited]
         by_end = np.argsort(ends, kind="stable")
         #: each running job's end by its time limit, ascending, and its GPUs per node
         self.end_at: np.ndarray = ends[by_end]
